@@ -1,0 +1,100 @@
+"""The Python API: load a spec, pick hardware, derive closed forms, evaluate.
+
+    from infest.compiler.api import analyze
+    a = analyze("specs/models/llama3_1_8b.arch", hw="h100_sxm")
+    a.forms.step["time_s"]                 # sympy closed form
+    a.evaluate({"B": 8, "N": 8192})         # dict shaped like `infest eval --json`
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping
+
+from infest.compiler.elaborate import CompiledModel, elaborate
+from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
+from infest.compiler.hardware import CompiledHardware, compile_hardware
+from infest.compiler.loader import Program, load_program, pick_model, shipped
+from infest.compiler.model import Forms, build_forms
+from infest.dsl.errors import SpecError, did_you_mean, fail
+
+
+def load_model(path: str | Path, model: str | None = None,
+               program: Program | None = None) -> CompiledModel:
+    """Parse and check the model a spec file defines (or the one named)."""
+    path = Path(path)
+    program = program or load_program(path)
+    node, file = pick_model(program, model, path)
+    return elaborate(node, file, reserved=_hardware_field_names(program))
+
+
+def _hardware_field_names(program: Program) -> set[str]:
+    names = {"mem_capacity", "mem_bw", "launch_overhead", "sms"}
+    for hw, _ in program.hardware.values():
+        names.update(f.name for f in hw.fields)
+    return names
+
+
+def load_hardware(spec: str | Path, program: Program | None = None) -> CompiledHardware:
+    """Hardware by shipped name, by a block name in the spec's program, or by path."""
+    name = str(spec)
+    if program is not None and name in program.hardware:
+        node, file = program.hardware[name]
+        return compile_hardware(node, file)
+    ship = shipped("hardware")
+    path = ship.get(name) or Path(name)
+    if not path.exists():
+        raise fail(None, f"unknown hardware '{name}'",
+                   did_you_mean(name, ship) or f"shipped: {', '.join(ship)}, or a path to a .arch file")
+    hw_program = load_program(path)
+    if not hw_program.hardware:
+        raise fail(None, f"{path} defines no hardware block")
+    node, file = next(iter(hw_program.hardware.values()))
+    return compile_hardware(node, file)
+
+
+@dataclass
+class Analysis:
+    """A model, optional hardware and a phase, with forms derived and ready to evaluate."""
+
+    model: CompiledModel
+    hardware: CompiledHardware | None
+    forms: Forms
+    _compiled: dict[tuple[str, ...], CompiledForms] = field(default_factory=dict)
+
+    def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
+        """Every input with its value for this run (defaults, then overrides)."""
+        fixed = {k: _fraction(k, v) for k, v in (overrides or {}).items()}
+        return resolve_inputs(self.forms, self.hardware, fixed)
+
+    def compiled(self, names: list[str]) -> CompiledForms:
+        """The lambdified forms for these input names (built once)."""
+        key = tuple(names)
+        if key not in self._compiled:
+            self._compiled[key] = CompiledForms(self.forms, names)
+        return self._compiled[key]
+
+    def evaluate(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Evaluate at defaults plus overrides: a dict shaped like `eval --json`."""
+        from infest.compiler.report import result_json
+        inputs = self.inputs(overrides)
+        values = self.compiled([i.name for i in inputs])({i.name: float(i.value) for i in inputs})
+        return result_json(self, inputs, values)
+
+
+def _fraction(name: str, value: Any) -> Fraction:
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Fraction(value)
+    raise fail(None, f"--set {name}: not a number: {value!r}")
+
+
+def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode",
+            model: str | None = None) -> Analysis:
+    """Load a spec (and hardware), derive the closed forms for a phase."""
+    program = load_program(Path(spec))
+    compiled = load_model(spec, model, program)
+    hardware = load_hardware(hw, program) if hw is not None else None
+    return Analysis(compiled, hardware, build_forms(compiled, phase))

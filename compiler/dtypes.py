@@ -1,0 +1,46 @@
+"""Number formats: storage bits per element and which peak FLOP/s their math runs at.
+
+Block-scaled formats carry their scale overhead: mxfp4 is 4-bit values plus one 8-bit
+scale per 32 (4.25 bits), nvfp4 one 8-bit scale per 16 (4.5 bits). `bits=X` makes an
+ad-hoc format (mixed schemes, ~1.7 bits/param) whose math is upcast.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+@dataclass(frozen=True)
+class DType:
+    """A storage format: name, bits per element, and the peak its math uses if native."""
+
+    name: str
+    bits: Fraction
+    peak: str | None  # hardware field suffix flops_<peak>; None = math is upcast
+
+    @property
+    def bytes(self) -> Fraction:
+        """Bytes per element (exact: mxfp4 is 17/32)."""
+        return self.bits / 8
+
+
+_TABLE = [
+    DType("fp32", Fraction(32), "fp32"), DType("tf32", Fraction(32), "tf32"),
+    DType("bf16", Fraction(16), "bf16"), DType("fp16", Fraction(16), "fp16"),
+    DType("fp8", Fraction(8), "fp8"), DType("fp8_e4m3", Fraction(8), "fp8"),
+    DType("fp8_e5m2", Fraction(8), "fp8"), DType("int8", Fraction(8), "int8"),
+    DType("int4", Fraction(4), None), DType("fp4", Fraction(4), "fp4"),
+    DType("mxfp4", Fraction(17, 4), "fp4"), DType("nvfp4", Fraction(9, 2), "fp4"),
+]
+DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
+ROLES = ("weights", "kv", "act", "math")
+
+
+def custom_bits(bits: Fraction) -> DType:
+    """An ad-hoc format of `bits` per element whose math runs upcast."""
+    return DType(f"bits({float(bits):g})", bits, None)
+
+
+def math_peak(math: DType, act: DType) -> str:
+    """The flops_<suffix> an op's math runs at: the math dtype's own, else the act dtype's."""
+    return math.peak or act.peak or "bf16"

@@ -1,0 +1,434 @@
+"""Check a model's AST and build its op graph: one networkx node per op instance kind.
+
+Statements run in order; a name bound to an op is a tensor [B*T, width]. `repeat`
+multiplies the count of its body (never unrolls it); `moe` scales its body per routed
+token. Groups and dtypes declared in a block hold for the rest of that block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+import networkx as nx
+import sympy
+
+from infest.dsl import ast
+from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
+from infest.compiler.cost import Cost
+from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
+from infest.compiler.exprs import contains_op_call, to_sympy
+from infest.compiler.ops import COMMON_KWARGS, OPS, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
+from infest.compiler.params import Param, defaults_of, resolve_params
+from infest.compiler.symbols import B, BUILTINS, T, sym
+
+_MAX_DIM = 2**53
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One op of the graph, costed for one instance; `count` instances run per step."""
+
+    name: str
+    kind: str
+    group: str
+    count: sympy.Expr
+    cost: Cost
+    params: sympy.Expr          # stored params of one instance (all experts)
+    params_active: sympy.Expr   # params one token uses (top-k experts)
+    kv_cache: sympy.Expr        # KV bytes held per sequence of L_ctx tokens
+    kv_per_token: sympy.Expr
+    peak: str                   # hardware flops_<peak> its math runs at
+    width: sympy.Expr
+    dtypes: DTypes
+    inputs: tuple[str, ...]
+    span: Span
+
+
+@dataclass
+class CompiledModel:
+    """A checked model: params, op graph and ops in a deterministic topological order."""
+
+    name: str
+    title: str
+    file: str
+    params: dict[str, Param]
+    graph: nx.DiGraph
+    ops: list[OpNode]
+    default_dtypes: DTypes
+
+    @property
+    def inputs(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """Input params -> default values."""
+        return defaults_of(self.params)
+
+
+@dataclass
+class _Scope:
+    """Per-block state: current group, dtypes, repeat count, MoE routing."""
+
+    group: str
+    dtypes: dict[str, DType]
+    count: sympy.Expr
+    experts: tuple[sympy.Expr, sympy.Expr] | None = None
+
+    def child(self, **changes: object) -> "_Scope":
+        return replace(self, dtypes=dict(self.dtypes), **changes)
+
+
+@dataclass
+class _State:
+    params: dict[str, Param]
+    defaults: dict[sympy.Symbol, sympy.Expr]
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    later: dict[str, Span] = field(default_factory=dict)  # every op binding, for hints
+    errors: Collector = field(default_factory=Collector)
+
+
+def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
+    """Check a model and build its graph; all semantic errors are reported together."""
+    param_stmts = [s for s in model.body if isinstance(s, ast.Assign) and s.body is None
+                   and not contains_op_call(s.value)]
+    params = resolve_params(param_stmts, reserved)
+    state = _State(params, defaults_of(params))
+    state.tensors["tokens"] = Tensor(sympy.Integer(1), None)
+    _collect_bindings(model.body, state)
+    scope = _Scope("other", {r: DTYPES["bf16"] for r in ("weights", "kv", "act")}, sympy.Integer(1))
+    _run_block(model.body, scope, state, top=True)
+    state.errors.raise_if_any()
+    return _finish(model, file, state, scope)
+
+
+def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> CompiledModel:
+    order = {n: i for i, n in enumerate(state.graph.nodes)}
+    try:
+        names = list(nx.lexicographical_topological_sort(state.graph, key=order.__getitem__))
+    except nx.NetworkXUnfeasible:
+        raise fail(model.span, "the ops form a cycle") from None
+    if not names:
+        raise fail(model.name_span, f"model '{model.name}' has no ops",
+                   "add ops such as `x = embed(tokens, vocab -> hidden)`")
+    ops = [state.graph.nodes[n]["op"] for n in names]
+    return CompiledModel(model.name, model.title, file, state.params, state.graph, ops,
+                         _dtypes_of(scope, {}))
+
+
+def _collect_bindings(body: tuple, state: _State) -> None:
+    """Remember where every op binding is, to explain a use before definition."""
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and (stmt.body is not None or contains_op_call(stmt.value)):
+            state.later.setdefault(stmt.target, stmt.target_span)
+            _collect_bindings(stmt.body or (), state)
+        elif isinstance(stmt, ast.Repeat):
+            _collect_bindings(stmt.body, state)
+
+
+def _run_block(body: tuple, scope: _Scope, state: _State, top: bool = False) -> Tensor | None:
+    """Elaborate statements in order; return the last tensor bound in the block."""
+    last: Tensor | None = None
+    for stmt in body:
+        try:
+            last = _run_stmt(stmt, scope, state, top) or last
+        except SpecError as exc:
+            state.errors.add(exc)
+    return last
+
+
+def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
+    if isinstance(stmt, ast.GroupStmt):
+        scope.group = stmt.name
+    elif isinstance(stmt, ast.DtypeDecl):
+        scope.dtypes[stmt.role] = _dtype_decl(stmt, state)
+    elif isinstance(stmt, ast.Repeat):
+        count = _positive_int(stmt.count, state, "repeat count")
+        inner = scope.child(count=scope.count * count, group=stmt.group or scope.group)
+        _run_block(stmt.body, inner, state)
+    elif stmt.body is None and not contains_op_call(stmt.value):
+        if not top:
+            raise fail(stmt.span, "params are declared at the top level of a model",
+                       "move this line out of the block, or bind an op here")
+    else:
+        if stmt.group:
+            scope.group = stmt.group
+        return _bind(stmt, scope, state)
+    return None
+
+
+def _dtype_decl(stmt: ast.DtypeDecl, state: _State) -> DType:
+    if stmt.role not in ROLES:
+        raise fail(stmt.span, f"unknown dtype role '{stmt.role}'",
+                   did_you_mean(stmt.role, ROLES) or f"roles: {', '.join(ROLES)}")
+    if stmt.bits is not None:
+        if stmt.dtype != "bits":
+            raise fail(stmt.dtype_span, f"'{stmt.dtype} = ...' is not a dtype", "write `bits = 4.25`")
+        return _bits(stmt.bits.value, stmt.bits.span)
+    return _dtype_named(stmt.dtype, stmt.dtype_span)
+
+
+def _bits(value: Fraction, span: Span) -> DType:
+    if not 0 < value <= 64:
+        raise fail(span, f"bits must be between 0 and 64, not {float(value):g}")
+    return custom_bits(value)
+
+
+def _dtype_named(name: str, span: Span) -> DType:
+    if name not in DTYPES:
+        raise fail(span, f"unknown dtype '{name}'",
+                   did_you_mean(name, DTYPES) or f"dtypes: {', '.join(DTYPES)}, bits = X")
+    return DTYPES[name]
+
+
+# ---- ops -------------------------------------------------------------------------
+
+def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
+    if not isinstance(stmt.value, ast.Call) or stmt.value.func not in OPS:
+        where = stmt.value.span
+        func = stmt.value.func if isinstance(stmt.value, ast.Call) else None
+        if func is not None:
+            hint = did_you_mean(func, OPS) or f"ops: {', '.join(sorted(OPS))}"
+            raise fail(stmt.value.func_span, f"unknown op '{func}'", hint)
+        raise fail(where, "an op binding must be a single op call", "e.g. `x = add(x, o)`")
+    if stmt.target in state.params:
+        raise fail(stmt.target_span, f"'{stmt.target}' is a param and cannot name a tensor")
+    tensor = _op(stmt.value, stmt.target, scope, state, stmt.body)
+    state.tensors[stmt.target] = tensor
+    return tensor
+
+
+def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
+        body: tuple | None = None) -> Tensor:
+    """Elaborate one op call (and any nested op calls among its arguments)."""
+    rule = OPS[call.func]
+    tensors, dims, args, common = _split_args(call, rule, binding, scope, state)
+    inner_last = _moe_body(call, args, body, scope, state)
+    if inner_last is not None:
+        tensors = tensors[:1] + [inner_last]
+    dtypes = _dtypes_of(scope, common, state)
+    op_in = OpIn(tuple(tensors), dims, args, dtypes, lambda a, b: _equal(a, b, state))
+    try:
+        out = rule.rule(op_in)
+    except ShapeMismatch as mm:
+        raise _shape_error(call, binding, tensors, mm, state) from None
+    return _add_node(call, binding, scope, state, tensors, out, dtypes, common)
+
+
+def _split_args(call: ast.Call, rule: OpRule, binding: str, scope: _Scope, state: _State):
+    tensors: list[Tensor] = []
+    numbers: list[tuple[ast.Expr, sympy.Expr]] = []
+    dims = None
+    named: dict[str, tuple[ast.KwArg, object]] = {}
+    for arg in call.args:
+        if isinstance(arg, ast.DimsArg):
+            dims = (_dimension(arg.d_in, state), _dimension(arg.d_out, state))
+        elif isinstance(arg, ast.KwArg):
+            named[arg.name] = (arg, arg.value)
+        elif _is_tensor(arg.value, state):
+            tensors.append(_tensor(arg.value, binding, scope, state))
+        else:
+            numbers.append((arg.value, _number(arg.value, state)))
+    _check_arity(call, rule, len(tensors), dims)
+    args, common = _named_args(call, rule, numbers, named, state)
+    return tensors, dims, args, common
+
+
+def _is_tensor(node: ast.Expr, state: _State) -> bool:
+    if isinstance(node, ast.Call):
+        return node.func in OPS
+    if isinstance(node, ast.Name):
+        return node.id in state.tensors or (node.id not in state.params and node.id in state.later)
+    return False
+
+
+def _tensor(node: ast.Expr, binding: str, scope: _Scope, state: _State) -> Tensor:
+    if isinstance(node, ast.Call):
+        return _op(node, f"{binding}.{node.func}", scope, state)
+    assert isinstance(node, ast.Name)
+    if node.id not in state.tensors:
+        raise fail(node.span, f"'{node.id}' is used before it is defined",
+                   f"it is bound at {state.later[node.id]}; an op cannot consume a later "
+                   "op's output (that would be a cycle)")
+    return state.tensors[node.id]
+
+
+def _check_arity(call: ast.Call, rule: OpRule, n_tensors: int, dims: object) -> None:
+    lo, hi = rule.tensors
+    if not lo <= n_tensors <= hi:
+        want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+        raise fail(call.span, f"{call.func}() takes {want} tensor input(s), got {n_tensors}")
+    if rule.dims and dims is None:
+        raise fail(call.span, f"{call.func}() needs its dimensions as `d_in -> d_out`")
+    if not rule.dims and dims is not None:
+        raise fail(call.span, f"{call.func}() takes no `d_in -> d_out`")
+
+
+def _named_args(call, rule, numbers, named, state):
+    """Positional numbers and keywords -> {arg: value}; dtype/kernel keywords apart."""
+    if len(numbers) > len(rule.args):
+        raise fail(numbers[len(rule.args)][0].span, f"too many arguments to {call.func}()")
+    args = {name: value for name, (_, value) in zip(rule.args, numbers)}
+    common: dict[str, object] = {}
+    for name, (kw, node) in named.items():
+        if name in COMMON_KWARGS:
+            common[name] = _common_kwarg(kw, state)
+        elif name in rule.args:
+            args[name] = _number(node, state)
+        else:
+            allowed = list(rule.args) + list(COMMON_KWARGS)
+            raise fail(kw.span, f"{call.func}() has no argument '{name}'",
+                       did_you_mean(name, allowed) or f"arguments: {', '.join(allowed)}")
+    if call.func != "custom":
+        _check_positive_args(call, args, numbers, named, state)
+    for name in rule.args:
+        if name not in args and name in rule.defaults:
+            args[name] = sympy.Integer(rule.defaults[name])
+        elif name not in args and name not in OPTIONAL_ARGS:
+            raise fail(call.span, f"{call.func}() is missing its argument '{name}'",
+                       f"arguments in order: {', '.join(rule.args)}")
+    return args, common
+
+
+def _check_positive_args(call, args, numbers, named, state) -> None:
+    """Op arguments such as heads or window must be positive numbers at the defaults."""
+    nodes = dict(zip(OPS[call.func].args, (n for n, _ in numbers)))
+    nodes.update({k: kw.value for k, (kw, _) in named.items()})
+    for name, value in args.items():
+        if name not in ("bias", "tied") and not _at_defaults(value, state).subs({B: 1, T: 1}) > 0:
+            raise fail(nodes[name].span, f"{call.func}() argument '{name}' must be positive")
+
+
+def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
+    if kw.name == "kernels":
+        value = _number(kw.value, state)
+        if not _at_defaults(value, state) >= 0:
+            raise fail(kw.value.span, "kernels must be 0 or more")
+        return value
+    if kw.name == "bits":
+        value = _at_defaults(_number(kw.value, state), state)
+        if not value.is_Rational:
+            raise fail(kw.value.span, "bits= takes a number such as 4.25")
+        return _bits(Fraction(int(value.p), int(value.q)), kw.value.span)
+    if not isinstance(kw.value, ast.Name):
+        raise fail(kw.value.span, f"{kw.name}= takes a dtype name such as bf16")
+    return _dtype_named(kw.value.id, kw.value.span)
+
+
+def _dtypes_of(scope: _Scope, common: dict, state: _State | None = None) -> DTypes:
+    d = dict(scope.dtypes)
+    d.update({r: common[r] for r in ("weights", "kv", "act", "math") if r in common})
+    if "bits" in common:
+        d["weights"] = common["bits"]
+    act = d["act"]
+    return DTypes(d["weights"], d["kv"], act, d.get("math", act))
+
+
+def _moe_body(call, args, body, scope, state) -> Tensor | None:
+    """Elaborate a moe block's expert body with routing scale; return its output."""
+    if call.func != "moe":
+        if body is not None:
+            raise fail(call.span, f"{call.func}() takes no body", "only moe(...) { } has one")
+        return None
+    if body is None:
+        raise fail(call.span, "moe() needs a body: the ops of one expert in { }")
+    if scope.experts is not None:
+        raise fail(call.span, "moe blocks cannot be nested")
+    experts, top_k = args["experts"], args["top_k"]
+    if not _at_defaults(top_k, state) <= _at_defaults(experts, state):
+        raise fail(call.span, "top_k cannot exceed experts")
+    inner = scope.child(experts=(experts, top_k))
+    last = _run_block(body, inner, state)
+    if last is None:
+        raise fail(call.span, "the moe body binds no op")
+    return last
+
+
+def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tensor:
+    name = _unique(binding, state.graph)
+    cost, params, active = _routed(out.cost, out.params, scope)
+    if "kernels" in common:
+        cost = cost.replace(kernels=common["kernels"])
+    node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
+                  out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
+                  out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
+                  call.span)
+    state.graph.add_node(name, op=node)
+    for t in tensors:
+        if t.producer:
+            state.graph.add_edge(t.producer, name)
+    return Tensor(out.width, name)
+
+
+def _routed(cost: Cost, params: sympy.Expr, scope: _Scope):
+    """Scale an expert-body op: FLOPs per routed token, weights by experts touched."""
+    if scope.experts is None:
+        return cost, params, params
+    experts, k = scope.experts
+    touched = experts * (1 - (1 - k / experts) ** (B * T))  # expected distinct experts
+    scaled = cost.scale(flops=k, act_bytes=k, kv_bytes=k, weight_bytes=touched)
+    return scaled, params * experts, params * k
+
+
+def _unique(binding: str, graph: nx.DiGraph) -> str:
+    if binding not in graph:
+        return binding
+    i = 2
+    while f"{binding}#{i}" in graph:
+        i += 1
+    return f"{binding}#{i}"
+
+
+# ---- numbers and shapes ----------------------------------------------------------
+
+def _number(node: ast.Expr, state: _State) -> sympy.Expr:
+    return to_sympy(node, lambda n: _lookup(n, state), lambda e: _at_defaults(e, state))
+
+
+def _lookup(name: ast.Name, state: _State) -> sympy.Expr:
+    if name.id in state.params:
+        return state.params[name.id].expr
+    if name.id in BUILTINS:
+        return sym(name.id)
+    if name.id in state.tensors:
+        raise fail(name.span, f"'{name.id}' is a tensor, not a number")
+    if name.id in DTYPES:
+        raise fail(name.span, f"'{name.id}' is a dtype", "dtypes go in `weights=`, `kv=`, `act=`")
+    raise fail(name.span, f"unknown name '{name.id}'",
+               did_you_mean(name.id, list(state.params) + list(state.tensors) + list(BUILTINS)))
+
+
+def _at_defaults(expr: sympy.Expr, state: _State) -> sympy.Expr:
+    return expr.xreplace(state.defaults)
+
+
+def _dimension(node: ast.Expr, state: _State) -> sympy.Expr:
+    """A width: must be a positive whole number at the param defaults, free of B, N, T."""
+    return _positive_int(node, state, "dimension")
+
+
+def _positive_int(node: ast.Expr, state: _State, what: str) -> sympy.Expr:
+    expr = _number(node, state)
+    value = _at_defaults(expr, state)
+    if value.free_symbols:
+        raise fail(node.span, f"a {what} cannot depend on B, N or T")
+    if not value > 0:
+        raise fail(node.span, f"{what} must be positive, got {value}")
+    if not value.is_integer:
+        raise fail(node.span, f"{what} must be a whole number, got {float(value):g}")
+    if value > _MAX_DIM:
+        raise fail(node.span, f"absurdly large {what} ({float(value):.3g})")
+    return expr
+
+
+def _equal(a: sympy.Expr, b: sympy.Expr, state: _State) -> bool:
+    return bool(sympy.Eq(_at_defaults(a, state), _at_defaults(b, state)))
+
+
+def _shape_error(call, binding, tensors, mm: ShapeMismatch, state) -> SpecError:
+    got = tensors[mm.index]
+    have = _at_defaults(got.width, state)
+    want = _at_defaults(mm.expected, state)
+    producer = got.producer or "the input"
+    where = state.graph.nodes[got.producer]["op"].span if got.producer else None
+    at = f" (defined at {where})" if where else ""
+    return fail(call.span, f"shape mismatch between '{producer}' and '{binding}': "
+                f"'{producer}'{at} produces width {have}, but {call.func}() input "
+                f"{mm.index + 1} needs {want} ({mm.expected})", mm.what)

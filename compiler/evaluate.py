@@ -1,0 +1,144 @@
+"""Evaluate closed forms at inputs: one lambdified numpy function for every form.
+
+The same compiled function serves a single `eval` (scalars) and a sweep (arrays that
+broadcast), so a sweep cell equals `infest eval` at the same point exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Mapping
+
+import numpy as np
+import sympy
+
+from infest.compiler.hardware import CompiledHardware, hw_values
+from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
+from infest.compiler.symbols import BUILTINS, sym
+from infest.dsl.errors import Diagnostic, SpecError, did_you_mean, fail
+
+DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1)}
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input symbol: where it comes from and its value for this run."""
+
+    name: str
+    kind: str          # "builtin", "model" or "hardware"
+    value: Fraction
+
+
+def input_names(forms: Forms) -> list[str]:
+    """Every symbol the forms use, builtins first, then model params, then hardware."""
+    free = {s.name for e in forms.all_exprs() for s in e.free_symbols}
+    builtins = [b for b in BUILTINS if b in free or (b != "T" or forms.phase == "decode")]
+    model = [p for p, v in forms.model.params.items() if v.is_input and p in free]
+    hardware = sorted(free - set(builtins) - set(model))
+    return builtins + model + hardware
+
+
+def resolve_inputs(forms: Forms, hw: CompiledHardware | None,
+                   overrides: Mapping[str, Fraction]) -> list[Input]:
+    """Defaults from the builtins, the model and the hardware, then --set overrides."""
+    known = _known_values(forms, hw)
+    names = input_names(forms)
+    _check_overrides(forms, names, known, overrides)
+    missing = [n for n in names if n not in known and n not in overrides]
+    if missing:
+        raise _missing_error(forms, hw, missing)
+    kinds = _kinds(forms)
+    return [Input(n, kinds.get(n, "hardware"), Fraction(overrides.get(n, known.get(n))))
+            for n in names]
+
+
+def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fraction]:
+    known = dict(DEFAULTS)
+    known.update({p.name: p.default for p in forms.model.params.values() if p.is_input})
+    if hw is not None:
+        known.update({k: v.value for k, v in hw.fields.items()})
+    return known  # type: ignore[return-value]
+
+
+def _kinds(forms: Forms) -> dict[str, str]:
+    kinds = {b: "builtin" for b in BUILTINS}
+    kinds.update({p: "model" for p in forms.model.params})
+    return kinds
+
+
+def _check_overrides(forms, names, known, overrides) -> None:
+    for name, value in overrides.items():
+        if name == "T" and forms.phase == "prefill":
+            raise fail(None, "T cannot be set in prefill", "prefill processes T = N prompt tokens")
+        if name in forms.model.params and not forms.model.params[name].is_input:
+            raise fail(None, f"'{name}' is derived from other params and cannot be set")
+        if name not in names and name not in known:
+            raise fail(None, f"--set {name}: no such input",
+                       did_you_mean(name, set(names) | set(known)) or "see `infest eval --json` inputs")
+        if value <= 0:
+            raise fail(None, f"--set {name}: the value must be positive")
+
+
+def _missing_error(forms: Forms, hw: CompiledHardware | None, missing: list[str]) -> SpecError:
+    if hw is None:
+        return fail(None, f"no hardware given: {', '.join(missing)} need values",
+                    "pass --hw h100_sxm (or another hardware) or --set them")
+    diags = []
+    for name in missing:
+        users = [op.name for op in forms.model.ops if f"flops_{op.peak}" == name]
+        why = f", needed by op '{users[0]}' (math in {name[6:]})" if users else ""
+        diags.append(Diagnostic(hw.span, f"hardware '{hw.name}' has no {name}{why}",
+                                f"add `{name} = ...` to the hardware, or --set {name}=..."))
+    return SpecError(diags)
+
+
+class CompiledForms:
+    """Every form of a Forms lambdified once into one numpy function of the inputs."""
+
+    def __init__(self, forms: Forms, names: list[str]) -> None:
+        self.forms, self.names = forms, names
+        self.layout = _layout(forms)
+        exprs = [e for _, e in self.layout]
+        self._fn = sympy.lambdify([sym(n) for n in names], exprs, modules="numpy",
+                                  dummify=True, cse=True)
+
+    def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Evaluate at inputs (scalars or broadcastable arrays): key -> value."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            args = [np.asarray(values[n], dtype=float) for n in self.names]
+            results = self._fn(*args)
+        return {key: results[i] for i, (key, _) in enumerate(self.layout)}
+
+
+def _layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
+    """(flat key, expr) for every form: params.*, memory.*, step.*, bound.*, ops.i.*."""
+    items = [(f"params.{k}", v) for k, v in forms.params.items()]
+    items += [(f"groups.{k}", v) for k, v in forms.groups.items()]
+    items += [(f"memory.{k}", forms.memory[k]) for k in MEMORY_KEYS]
+    items += [(f"step.{k}", forms.step[k]) for k in STEP_KEYS]
+    items += [(f"bound.{k}", forms.bound_terms[k]) for k in BOUND_TERMS]
+    for i, op in enumerate(forms.ops):
+        items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS]
+    return items
+
+
+def step_bound(values: Mapping[str, Any]) -> Any:
+    """Name of the largest ceiling (compute, weights, kv, launch), elementwise."""
+    stacked = np.stack([np.broadcast_to(values[f"bound.{k}"], np.shape(values["step.time_s"]))
+                        for k in BOUND_TERMS])
+    return np.asarray(BOUND_TERMS)[np.argmax(stacked, axis=0)]
+
+
+def op_bound(values: Mapping[str, Any], i: int) -> str:
+    """Which term sets an op's time; memory time is named by its largest byte kind."""
+    p = f"ops.{i}."
+    terms = [float(values[p + "t_compute_s"]), float(values[p + "t_memory_s"]),
+             float(values[p + "t_launch_s"])]
+    which = int(np.argmax(terms))
+    if which == 0:
+        return "compute"
+    if which == 2:
+        return "launch"
+    kinds = {"weights": values[p + "weight_bytes"], "kv": values[p + "kv_bytes"],
+             "activations": values[p + "act_bytes"]}
+    return max(kinds, key=lambda k: float(kinds[k]))

@@ -1,0 +1,91 @@
+"""Hardware blocks: fields in base units, checked against the unit each field expects."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import sympy
+
+from infest.dsl import ast
+from infest.dsl.errors import Collector, Span, fail
+from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
+
+# Known fields and the dimension of their unit; others may carry any unit.
+FIELD_DIMENSIONS = {"mem_capacity": BYTES, "mem_bw": BANDWIDTH, "launch_overhead": TIME,
+                    "sms": COUNT}
+FIELD_DOC = {"mem_capacity": ("device memory capacity", "bytes"),
+             "mem_bw": ("device memory (HBM) bandwidth", "bytes/s"),
+             "launch_overhead": ("smallest time any kernel takes", "s"),
+             "sms": ("streaming multiprocessors", "count")}
+REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
+_EXAMPLE = {BYTES: "80 GiB", BANDWIDTH: "3.35 TB/s", TIME: "4 us", FLOPS_RATE: "989 TFLOP/s"}
+
+
+@dataclass(frozen=True)
+class HwValue:
+    """One hardware field in base units."""
+
+    value: Fraction
+    dimension: str | None
+    span: Span
+
+
+@dataclass
+class CompiledHardware:
+    """A checked hardware block."""
+
+    name: str
+    title: str
+    file: str
+    fields: dict[str, HwValue]
+    span: Span
+
+
+def expected_dimension(name: str) -> str | None:
+    """The unit dimension a field must have (flops_* are FLOP/s)."""
+    return FLOPS_RATE if name.startswith("flops_") else FIELD_DIMENSIONS.get(name)
+
+
+def field_doc(name: str) -> tuple[str, str]:
+    """(description, base unit) of a hardware field."""
+    if name.startswith("flops_"):
+        return f"peak {name[6:]} math", "FLOP/s"
+    return FIELD_DOC.get(name, (name.replace("_", " "), ""))
+
+
+def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
+    """Check every field: a positive literal in the unit its name implies."""
+    errors = Collector()
+    fields: dict[str, HwValue] = {}
+    for f in hw.fields:
+        try:
+            fields[f.name] = _field(f, fields)
+        except Exception as exc:  # SpecError from _field
+            errors.add(exc)  # type: ignore[arg-type]
+    for name in REQUIRED:
+        if name not in fields:
+            errors.add(fail(hw.name_span, f"hardware '{hw.name}' lacks the field '{name}'",
+                            f"add e.g. `{name} = {_EXAMPLE[FIELD_DIMENSIONS[name]]}`"))
+    errors.raise_if_any()
+    return CompiledHardware(hw.name, hw.title, file, fields, hw.name_span)
+
+
+def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
+    if f.name in seen:
+        raise fail(f.span, f"hardware field '{f.name}' is set twice")
+    if not isinstance(f.value, ast.Num):
+        raise fail(f.value.span, "hardware fields take a literal with a unit",
+                   f"e.g. {_EXAMPLE.get(expected_dimension(f.name) or '', '3.35 TB/s')}")
+    want = expected_dimension(f.name)
+    got = f.value.dimension
+    if want and got and got != want and not (want == COUNT and got is None):
+        raise fail(f.value.span, f"'{f.name}' is a {want} quantity, not {got}",
+                   f"e.g. {f.name} = {_EXAMPLE.get(want, '1')}")
+    if f.value.value <= 0:
+        raise fail(f.value.span, f"'{f.name}' must be positive")
+    return HwValue(f.value.value, got or want, f.span)
+
+
+def hw_values(hw: CompiledHardware) -> dict[str, sympy.Expr]:
+    """Field name -> exact sympy value."""
+    return {k: sympy.Rational(v.value.numerator, v.value.denominator) for k, v in hw.fields.items()}

@@ -1,0 +1,108 @@
+"""Find, read and parse spec files (following imports); look up shipped specs by name."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from infest.dsl import ast
+from infest.dsl.errors import SpecError, Span, did_you_mean, fail
+from infest.dsl.parser import parse
+
+
+@dataclass
+class Program:
+    """Every model and hardware block reachable from one file, by name."""
+
+    models: dict[str, tuple[ast.Model, str]] = field(default_factory=dict)
+    hardware: dict[str, tuple[ast.Hardware, str]] = field(default_factory=dict)
+    own_models: list[str] = field(default_factory=list)  # defined in the root file
+
+
+def shipped_dir() -> Path:
+    """The folder of shipped specs (inside the installed package)."""
+    return Path(str(resources.files("infest.specs")))
+
+
+def shipped(kind: str) -> dict[str, Path]:
+    """Shipped spec files of a kind ('models' or 'hardware') by stem."""
+    return {p.stem: p for p in sorted((shipped_dir() / kind).glob("*.arch"))}
+
+
+def read_text(path: Path, span: Span | None = None) -> str:
+    """A file's text, or a located error if it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise fail(span, f"cannot read '{path}': {reason}") from None
+
+
+def load_program(path: Path) -> Program:
+    """Parse a file and its imports (each once; an import cycle is an error)."""
+    program = Program()
+    _load(path, program, stack=[], done=set(), root=True)
+    return program
+
+
+def _load(path: Path, program: Program, stack: list[Path], done: set[Path],
+          root: bool = False, span: Span | None = None) -> None:
+    resolved = path.resolve()
+    if resolved in stack:
+        chain = " -> ".join(p.name for p in stack + [resolved])
+        raise fail(span, f"import cycle: {chain}")
+    if resolved in done:
+        return
+    spec = parse(read_text(path, span), str(path))
+    stack.append(resolved)
+    for item in spec.items:
+        if isinstance(item, ast.Import):
+            _load(_import_path(path, item), program, stack, done, span=item.span)
+        else:
+            _register(item, str(path), program, root)
+    stack.pop()
+    done.add(resolved)
+
+
+def _import_path(importer: Path, item: ast.Import) -> Path:
+    """Relative to the importing file, else a shipped spec of that relative name."""
+    local = importer.parent / item.path
+    if local.exists():
+        return local
+    for candidate in (shipped_dir() / item.path, shipped_dir() / "hardware" / item.path,
+                      shipped_dir() / "models" / item.path):
+        if candidate.exists():
+            return candidate
+    raise fail(item.span, f"cannot find imported file '{item.path}'",
+               f"paths are relative to {importer.parent or '.'}")
+
+
+def _register(item: ast.Model | ast.Hardware, file: str, program: Program, root: bool) -> None:
+    table = program.models if isinstance(item, ast.Model) else program.hardware
+    if item.name in table:
+        first = table[item.name][0].name_span
+        raise fail(item.name_span, f"'{item.name}' is defined twice", f"first at {first}")
+    table[item.name] = (item, file)  # type: ignore[assignment]
+    if root and isinstance(item, ast.Model):
+        program.own_models.append(item.name)
+
+
+def pick_model(program: Program, name: str | None, path: Path) -> tuple[ast.Model, str]:
+    """The model to compile: the named one, else the only one the file defines."""
+    if name is not None:
+        if name not in program.models:
+            raise SpecError([_no_such("model", name, program.models, path)])
+        return program.models[name]
+    candidates = program.own_models or list(program.models)
+    if not candidates:
+        raise fail(None, f"{path}: defines no model", "a spec needs a `model name { ... }` block")
+    if len(candidates) > 1:
+        raise fail(None, f"{path} defines several models: {', '.join(candidates)}",
+                   "choose one with --model NAME")
+    return program.models[candidates[0]]
+
+
+def _no_such(kind: str, name: str, table: dict, path: Path):
+    from infest.dsl.errors import Diagnostic
+    hint = did_you_mean(name, table) or f"{path} has: {', '.join(table) or 'none'}"
+    return Diagnostic(None, f"no {kind} named '{name}'", hint)

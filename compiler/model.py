@@ -1,0 +1,197 @@
+"""Closed forms of a compiled model: params, memory, step bytes/FLOPs and time bounds.
+
+Every form is a sympy expression in B, N, T, the model's input params and hardware
+symbols (mem_bw, mem_capacity, launch_overhead, flops_<dtype>). Decode keeps T free
+(default 1); prefill processes a prompt of N tokens per sequence with an empty cache,
+so the forms are rewritten with T -> N and the cache -> 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import sympy
+
+from infest.compiler.elaborate import CompiledModel, OpNode
+from infest.compiler.ops import L
+from infest.compiler.symbols import B, N, T, sym
+
+PHASES = ("decode", "prefill")
+MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
+MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
+               "capacity_bytes", "fits", "max_batch", "max_context")
+STEP_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "t_compute_s",
+             "t_memory_s", "t_launch_s", "roofline_s", "time_s", "tokens_per_s", "kernels",
+             "weights_floor_s")
+OP_KEYS = ("count", "flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "kernels",
+           "t_compute_s", "t_memory_s", "t_launch_s", "time_s")
+BOUND_TERMS = ("compute", "weights", "kv", "launch")
+
+
+@dataclass
+class Forms:
+    """All closed forms of one model in one phase."""
+
+    model: CompiledModel
+    phase: str
+    params: dict[str, sympy.Expr]
+    groups: dict[str, sympy.Expr]
+    memory: dict[str, sympy.Expr]
+    step: dict[str, sympy.Expr]
+    ops: list[dict[str, sympy.Expr]]
+    bound_terms: dict[str, sympy.Expr] = field(default_factory=dict)
+
+    def all_exprs(self) -> list[sympy.Expr]:
+        """Every form, flattened (for symbol collection and lambdify)."""
+        out = list(self.params.values()) + list(self.groups.values())
+        out += list(self.memory.values()) + list(self.step.values())
+        out += list(self.bound_terms.values())
+        return out + [e for op in self.ops for e in op.values()]
+
+
+def peak_symbol(peak: str) -> sympy.Symbol:
+    """The hardware symbol of a compute peak, e.g. flops_bf16."""
+    return sym(f"flops_{peak}")
+
+
+def build_forms(model: CompiledModel, phase: str = "decode") -> Forms:
+    """Derive every closed form for a phase ('decode' or 'prefill')."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}")
+    ops = [_op_forms(op) for op in model.ops]
+    step = _step(model, ops)
+    forms = Forms(model, phase, _params(model), _groups(model), _memory(model, phase), step,
+                  ops, _bound_terms(step))
+    return _rewrite_prefill(forms) if phase == "prefill" else forms
+
+
+def _op_forms(op: OpNode) -> dict[str, sympy.Expr]:
+    """Per-instance costs and time terms of one op, plus its count."""
+    c = op.cost
+    t_compute = c.flops / peak_symbol(op.peak)
+    t_memory = c.bytes / MEM_BW
+    t_launch = c.kernels * LAUNCH
+    return {"count": op.count, "flops": c.flops, "bytes": c.bytes,
+            "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "act_bytes": c.act_bytes,
+            "kernels": c.kernels, "t_compute_s": t_compute, "t_memory_s": t_memory,
+            "t_launch_s": t_launch, "time_s": sympy.Max(t_compute, t_memory, t_launch)}
+
+
+def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
+    return sympy.Add(*(op["count"] * op[key] for op in ops))
+
+
+def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, sympy.Expr]:
+    step = {k: _total(ops, k) for k in ("flops", "bytes", "weight_bytes", "kv_bytes",
+                                         "act_bytes", "t_compute_s", "t_memory_s",
+                                         "t_launch_s", "time_s", "kernels")}
+    step["roofline_s"] = sympy.Add(*(op["count"] * sympy.Max(op["t_compute_s"], op["t_memory_s"])
+                                     for op in ops))
+    step["tokens_per_s"] = B * T / step["time_s"]
+    step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW
+    return {k: step[k] for k in STEP_KEYS}
+
+
+def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:
+    """Bytes of every weight one token uses, gathers aside: the one-line decode floor."""
+    return sympy.Add(*(op.count * op.params_active * _rational(op.dtypes.weights.bytes)
+                       for op in model.ops if op.kind != "embed"))
+
+
+def _rational(f) -> sympy.Rational:
+    return sympy.Rational(f.numerator, f.denominator)
+
+
+def _params(model: CompiledModel) -> dict[str, sympy.Expr]:
+    return {"total": sympy.Add(*(op.count * op.params for op in model.ops)),
+            "active": sympy.Add(*(op.count * op.params_active for op in model.ops))}
+
+
+def _groups(model: CompiledModel) -> dict[str, sympy.Expr]:
+    groups: dict[str, sympy.Expr] = {}
+    for op in model.ops:
+        groups[op.group] = groups.get(op.group, sympy.Integer(0)) + op.count * op.params
+    return dict(sorted(groups.items()))
+
+
+def _kv_per_sequence(model: CompiledModel) -> sympy.Expr:
+    """KV bytes one sequence holds, as a function of L_ctx (tokens in its cache)."""
+    return sympy.Add(*(op.count * op.kv_cache for op in model.ops))
+
+
+def _memory(model: CompiledModel, phase: str) -> dict[str, sympy.Expr]:
+    weights = sympy.Add(*(op.count * op.params * _rational(op.dtypes.weights.bytes)
+                          for op in model.ops))
+    per_seq = _kv_per_sequence(model)
+    kv = B * per_seq.xreplace({L: N + T})
+    total = weights + kv
+    room = CAPACITY - weights
+    return {"weights_bytes": weights,
+            "kv_bytes_per_token": sympy.Add(*(op.count * op.kv_per_token for op in model.ops)),
+            "kv_bytes": kv, "total_bytes": total, "capacity_bytes": CAPACITY,
+            "fits": sympy.Le(total, CAPACITY),
+            "max_batch": _max_batch(room, per_seq.xreplace({L: N + T})),
+            "max_context": _max_context(room, per_seq, phase)}
+
+
+def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
+    """Largest B with weights + B * KV(N+T) <= capacity (0 if the weights alone overflow)."""
+    if per_seq == 0:
+        return sympy.Integer(0)
+    return sympy.Max(0, sympy.floor(room / per_seq))
+
+
+def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Expr:
+    """Longest N with weights + B * KV(N+T) <= capacity, from the piecewise-linear KV(L).
+
+    KV(L) = a*L + sum_w c_w * Min(L, w). For any set S of windows assumed already full,
+    K_S(L) = a*L + sum_S c_w*w + sum_notS c_w*L >= KV(L), with equality for the right S,
+    so the largest feasible L is the max over S of the solutions of K_S(L) = room/B.
+    """
+    linear, windows = _split_windows(per_seq)
+    budget = room / B
+    candidates = []
+    for size in range(len(windows) + 1):
+        for full in combinations(windows, size):
+            slope = linear + sum((c for w, c in windows if (w, c) not in full), sympy.Integer(0))
+            if slope == 0:
+                continue  # every layer windowed: unbounded in this segment
+            fixed = sum((c * w for w, c in full), sympy.Integer(0))
+            candidates.append((budget - fixed) / slope)
+    if not candidates:
+        return sympy.Integer(0)
+    longest = sympy.floor(sympy.Max(*candidates))
+    return sympy.Max(0, longest - T if phase == "decode" else longest)
+
+
+def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Expr, sympy.Expr]]]:
+    """KV(L) -> (a, [(w, c_w)]) for a*L + sum c_w*Min(L, w)."""
+    linear = sympy.Integer(0)
+    windows: dict[sympy.Expr, sympy.Expr] = {}
+    for term in sympy.Add.make_args(sympy.expand(per_seq)):
+        mins = [f for f in sympy.Mul.make_args(term) if isinstance(f, sympy.Min)]
+        if mins:
+            (m,) = mins
+            w = next(a for a in m.args if a != L)
+            windows[w] = windows.get(w, sympy.Integer(0)) + term / m
+        else:
+            linear += term / L
+    return sympy.simplify(linear), sorted(windows.items(), key=lambda wc: sympy.default_sort_key(wc[0]))
+
+
+def _bound_terms(step: dict[str, sympy.Expr]) -> dict[str, sympy.Expr]:
+    """The four ceilings whose largest names the binding one."""
+    return {"compute": step["t_compute_s"], "weights": step["weight_bytes"] / MEM_BW,
+            "kv": step["kv_bytes"] / MEM_BW, "launch": step["t_launch_s"]}
+
+
+def _rewrite_prefill(forms: Forms) -> Forms:
+    """Prefill: a prompt of N tokens per sequence (T -> N) against an empty cache (N -> 0)."""
+    swap = {T: N, N: sympy.Integer(0)}
+
+    def sub(d: dict[str, sympy.Expr]) -> dict[str, sympy.Expr]:
+        return {k: v.xreplace(swap) for k, v in d.items()}
+
+    memory = {k: (v if k == "max_context" else v.xreplace(swap)) for k, v in forms.memory.items()}
+    return Forms(forms.model, "prefill", forms.params, forms.groups, memory, sub(forms.step),
+                 [sub(op) for op in forms.ops], sub(forms.bound_terms))

@@ -1,0 +1,109 @@
+"""Model params: literals become input symbols with defaults; expressions are inlined.
+
+Params are declarative (order-free): they are resolved in dependency order and a cycle
+is an error naming every param on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import networkx as nx
+import sympy
+
+from infest.dsl import ast
+from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
+from infest.compiler.exprs import names_in, to_sympy
+from infest.compiler.symbols import BUILTINS, sym
+
+
+@dataclass(frozen=True)
+class Param:
+    """A model param: an input (literal default) or derived (an expression of others)."""
+
+    name: str
+    expr: sympy.Expr            # the symbol itself for inputs, the inlined form if derived
+    default: Fraction | None    # inputs only
+    dimension: str | None
+    span: Span
+
+    @property
+    def is_input(self) -> bool:
+        return self.default is not None
+
+
+def resolve_params(stmts: list[ast.Assign], reserved: set[str]) -> dict[str, Param]:
+    """Resolve every param assignment; report all problems together."""
+    by_name: dict[str, ast.Assign] = {}
+    errors = Collector()
+    for stmt in stmts:
+        _check_name(stmt, by_name, reserved, errors)
+        by_name.setdefault(stmt.target, stmt)
+    order = _dependency_order(by_name, errors)
+    errors.raise_if_any()
+    params: dict[str, Param] = {}
+    for name in order:
+        try:
+            params[name] = _resolve_one(by_name[name], params)
+        except SpecError as exc:
+            errors.add(exc)
+    errors.raise_if_any()
+    return params
+
+
+def _check_name(stmt: ast.Assign, seen: dict, reserved: set[str], errors: Collector) -> None:
+    if stmt.target in seen:
+        first = seen[stmt.target].target_span
+        errors.add(fail(stmt.target_span, f"param '{stmt.target}' is defined twice",
+                        f"first defined at {first}"))
+    if stmt.target in BUILTINS or stmt.target in reserved:
+        errors.add(fail(stmt.target_span, f"'{stmt.target}' is a reserved name",
+                        "B, N, T and hardware field names cannot be model params"))
+
+
+def _dependency_order(by_name: dict[str, ast.Assign], errors: Collector) -> list[str]:
+    """Params sorted so each comes after those it uses; cycles reported."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(by_name)
+    for name, stmt in by_name.items():
+        for ref in names_in(stmt.value):
+            if ref.id in by_name:
+                graph.add_edge(ref.id, name)
+    for cycle in nx.simple_cycles(graph):
+        first = by_name[cycle[0]]
+        chain = " -> ".join(cycle + [cycle[0]])
+        errors.add(fail(first.target_span, f"params depend on each other in a cycle: {chain}"))
+        return []
+    order = {n: i for i, n in enumerate(by_name)}
+    return list(nx.lexicographical_topological_sort(graph, key=order.__getitem__))
+
+
+def _resolve_one(stmt: ast.Assign, params: dict[str, Param]) -> Param:
+    value = stmt.value
+    if isinstance(value, ast.Num) or (isinstance(value, ast.Neg) and isinstance(value.operand, ast.Num)):
+        number = value if isinstance(value, ast.Num) else value.operand
+        if number is not value or number.value <= 0:
+            raise fail(value.span, f"param '{stmt.target}' must be positive",
+                       "dimensions, counts and sizes are positive numbers")
+        return Param(stmt.target, sym(stmt.target), number.value, number.dimension, stmt.span)
+    expr = to_sympy(value, lambda n: _lookup(n, params), lambda e: numeric_default(e, params))
+    return Param(stmt.target, expr, None, None, stmt.span)
+
+
+def _lookup(name: ast.Name, params: dict[str, Param]) -> sympy.Expr:
+    if name.id in params:
+        return params[name.id].expr
+    if name.id in BUILTINS:
+        return sym(name.id)
+    raise fail(name.span, f"unknown name '{name.id}'", did_you_mean(name.id, params))
+
+
+def defaults_of(params: dict[str, Param]) -> dict[sympy.Symbol, sympy.Expr]:
+    """Input symbol -> default value, for numeric checks at compile time."""
+    return {sym(p.name): sympy.Rational(p.default.numerator, p.default.denominator)
+            for p in params.values() if p.default is not None}
+
+
+def numeric_default(expr: sympy.Expr, params: dict[str, Param]) -> sympy.Expr:
+    """An expression's value with every param at its default (B, N, T left free)."""
+    return expr.xreplace(defaults_of(params))

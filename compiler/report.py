@@ -1,0 +1,61 @@
+"""Assemble evaluated values into the `eval --json` contract (base units throughout)."""
+from __future__ import annotations
+
+import math
+from typing import Any, TYPE_CHECKING
+
+from infest.compiler.evaluate import Input, op_bound, step_bound
+from infest.compiler.model import MEMORY_KEYS, STEP_KEYS
+
+if TYPE_CHECKING:
+    from infest.compiler.api import Analysis
+
+_INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active"}
+
+
+def _number(key: str, value: Any) -> Any:
+    """A JSON-ready scalar: bool for fits, int for counts, float otherwise (None if inf)."""
+    v = value.item() if hasattr(value, "item") else value
+    if isinstance(v, (bool,)) or key == "fits":
+        return bool(v)
+    v = float(v)
+    if not math.isfinite(v):
+        return None
+    if key in _INT_KEYS and v.is_integer():
+        return int(v)
+    return v
+
+
+def result_json(analysis: "Analysis", inputs: list[Input], values: dict[str, Any]) -> dict:
+    """The contract object: model, hardware, phase, inputs, params, memory, step, ops."""
+    forms = analysis.forms
+    step = {k: _number(k, values[f"step.{k}"]) for k in STEP_KEYS}
+    step["bound"] = str(step_bound(values))
+    return {
+        "model": forms.model.name,
+        "hardware": analysis.hardware.name if analysis.hardware else None,
+        "phase": forms.phase,
+        "inputs": {i.name: _input_value(i) for i in inputs},
+        "params": {"total": _number("total", values["params.total"]),
+                   "active": _number("active", values["params.active"]),
+                   "groups": {g: _number("total", values[f"groups.{g}"]) for g in forms.groups}},
+        "memory": {k: _number(k, values[f"memory.{k}"]) for k in MEMORY_KEYS},
+        "step": step,
+        "ops": [_op_json(analysis, i, values) for i in range(len(forms.ops))],
+    }
+
+
+def _input_value(i: Input) -> int | float:
+    return int(i.value) if i.value.denominator == 1 else float(i.value)
+
+
+def _op_json(analysis: "Analysis", i: int, values: dict[str, Any]) -> dict:
+    op = analysis.forms.model.ops[i]
+    p = f"ops.{i}."
+    out = {"name": op.name, "kind": op.kind, "group": op.group,
+           "count": _number("count", values[p + "count"])}
+    for key in ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "kernels",
+                "t_compute_s", "t_memory_s", "t_launch_s", "time_s"):
+        out[key] = _number(key, values[p + key])
+    out["bound"] = op_bound(values, i)
+    return out

@@ -1,0 +1,47 @@
+"""Units on literals: every value is stored in base units (bytes, B/s, FLOP/s, FLOP, s).
+
+Decimal prefixes are powers of 1000 (GB = 1e9 bytes, TB/s = 1e12 bytes/s), binary
+ones powers of 1024 (GiB = 2^30 bytes). A bare `k` on a count is 1024, because
+context lengths are quoted that way (32k context = 32768 tokens).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+BYTES, BANDWIDTH, FLOPS_RATE, FLOP_COUNT, TIME, COUNT = (
+    "bytes", "bytes/s", "FLOP/s", "FLOP", "s", "count")
+
+_DECIMAL = {"": 1, "K": 10**3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def _build_table() -> dict[str, tuple[Fraction, str]]:
+    """Every accepted unit spelling -> (factor to base units, dimension)."""
+    table: dict[str, tuple[Fraction, str]] = {}
+    for prefix, factor in {**_DECIMAL, **_BINARY}.items():
+        f = Fraction(factor)
+        table[f"{prefix}B"] = (f, BYTES)
+        table[f"{prefix}B/s"] = (f, BANDWIDTH)
+    for prefix, factor in _DECIMAL.items():
+        f = Fraction(factor)
+        for spelling in ("FLOP/s", "FLOPS", "FLOPs/s"):
+            table[f"{prefix}{spelling}"] = (f, FLOPS_RATE)
+        table[f"{prefix}FLOP"] = (f, FLOP_COUNT)
+    table.update({"ns": (Fraction(1, 10**9), TIME), "us": (Fraction(1, 10**6), TIME),
+                  "ms": (Fraction(1, 10**3), TIME), "s": (Fraction(1), TIME)})
+    table.update({"k": (Fraction(1024), COUNT), "K": (Fraction(1024), COUNT),
+                  "M": (Fraction(1024**2), COUNT)})
+    return table
+
+
+UNITS: dict[str, tuple[Fraction, str]] = _build_table()
+
+
+def parse_number(text: str) -> Fraction:
+    """Exact value of a decimal literal such as `3.35`, `1e-6` or `14_336`."""
+    return Fraction(text.replace("_", ""))
+
+
+def unit_factor(unit: str) -> tuple[Fraction, str] | None:
+    """(factor, dimension) for a unit spelling, or None if unknown."""
+    return UNITS.get(unit)

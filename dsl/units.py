@@ -6,6 +6,7 @@ context lengths are quoted that way (32k context = 32768 tokens).
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 BYTES, BANDWIDTH, FLOPS_RATE, FLOP_COUNT, TIME, COUNT = (
@@ -45,3 +46,23 @@ def parse_number(text: str) -> Fraction:
 def unit_factor(unit: str) -> tuple[Fraction, str] | None:
     """(factor, dimension) for a unit spelling, or None if unknown."""
     return UNITS.get(unit)
+
+
+_VALUE = re.compile(r"^\s*([+-]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z/]*)\s*$")
+
+
+def parse_value(text: str) -> tuple[Fraction, str | None]:
+    """A command-line value such as `4TB/s`, `32k` or `0.5` -> (base-unit value, dimension).
+
+    Raises ValueError with a readable message on anything else (nothing is evaluated).
+    """
+    match = _VALUE.match(text)
+    if not match:
+        raise ValueError(f"not a number with an optional unit: {text!r}")
+    value = parse_number(match.group(1))
+    if not match.group(2):
+        return value, None
+    found = unit_factor(match.group(2))
+    if found is None:
+        raise ValueError(f"unknown unit {match.group(2)!r} in {text!r}")
+    return value * found[0], found[1]

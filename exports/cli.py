@@ -1,0 +1,71 @@
+"""`infest` command line. Imports stay light here so `infest --help` is instant; each
+verb's module (and sympy with it) is imported only when that verb runs."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# verb -> (module under infest.exports, one-line help)
+VERBS = {
+    "compile": ("cmd_compile", "print closed forms (or write a live workbook with --xlsx)"),
+    "eval": ("cmd_eval", "evaluate a model on hardware: per-op table, memory, step bound"),
+    "sweep": ("cmd_sweep", "evaluate a metric over a B x N grid (vectorised)"),
+    "list": ("cmd_list", "list shipped models and hardware"),
+    "import-hf": ("cmd_import_hf", "write a .arch spec from a Hugging Face config.json"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments exit 1 (the contract), not argparse's 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one sub-parser per verb (built lazily on use)."""
+    parser = _Parser(prog="infest", description="Symbolic performance models of LLM inference.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for verb, (_, help_text) in VERBS.items():
+        sub.add_parser(verb, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: dispatch to the verb's module; SpecError -> message and exit 1."""
+    argv = sys.argv[1:] if argv is None else argv
+    top = build_parser()
+    words = [a for a in argv if not a.startswith("-")]
+    verb = words[0] if words and words[0] in VERBS else None
+    if verb is None:
+        top.parse_args(argv)  # prints help / errors for bad top-level use
+        top.print_help()
+        return 1
+    debug = "--debug" in argv
+    rest = [a for a in argv[argv.index(verb) + 1:] if a != "--debug"]
+    module = importlib.import_module(f"infest.exports.{VERBS[verb][0]}")
+    verb_parser = _Parser(prog=f"infest {verb}", description=VERBS[verb][1])
+    module.add_arguments(verb_parser)
+    args = verb_parser.parse_args(rest)
+    return _run(module, args, debug)
+
+
+def _run(module, args: argparse.Namespace, debug: bool) -> int:
+    from infest.dsl.errors import SpecError
+    try:
+        return int(module.run(args) or 0)
+    except SpecError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""`infest eval`: evaluate a model on hardware at given inputs."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from infest.exports.common import add_spec_args, make_analysis, parse_sets
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """SPEC --hw HW [--phase] [--set]... [--json|--csv|--markdown]."""
+    add_spec_args(p, hw_required=True)
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="the eval --json contract object")
+    fmt.add_argument("--csv", action="store_true", help="the per-op table as CSV")
+    fmt.add_argument("--markdown", action="store_true", help="tables as Markdown")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluate and print in the chosen format."""
+    from infest.exports import report_text
+    analysis = make_analysis(args)
+    result = analysis.evaluate(parse_sets(args.set))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif args.csv:
+        print(report_text.ops_csv(result), end="")
+    elif args.markdown:
+        print(report_text.markdown(result))
+    else:
+        print(report_text.text(result))
+    return 0

@@ -1,0 +1,55 @@
+"""Arguments and set-up shared by the CLI verbs: spec, hardware, phase, --set."""
+from __future__ import annotations
+
+import argparse
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from infest.dsl.errors import fail
+
+if TYPE_CHECKING:
+    from infest.compiler.api import Analysis
+
+
+def add_spec_args(p: argparse.ArgumentParser, hw_required: bool) -> None:
+    """SPEC, --hw, --phase, --set, --model."""
+    p.add_argument("spec", metavar="SPEC", help="path to a .arch model spec")
+    p.add_argument("--hw", metavar="HW", required=hw_required,
+                   help="shipped hardware name (h100_sxm, h200_sxm, gh200) or a .arch path")
+    p.add_argument("--phase", choices=("decode", "prefill"), default="decode",
+                   help="decode: T new tokens against N cached (T=1); "
+                        "prefill: a prompt of N tokens, empty cache")
+    p.add_argument("--set", metavar="NAME=VALUE", action="append", default=[],
+                   help="override an input (B, N, T, a model param, a hardware field); "
+                        "units allowed: --set mem_bw=4TB/s --set N=32k")
+    p.add_argument("--model", metavar="NAME", help="which model, if the spec defines several")
+
+
+def parse_sets(items: list[str]) -> dict[str, Fraction]:
+    """`NAME=VALUE` strings -> {name: value in base units}; units are checked later."""
+    from infest.dsl.units import parse_value
+    out: dict[str, Fraction] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise fail(None, f"--set {item!r}: expected NAME=VALUE", "e.g. --set B=8 --set N=32k")
+        try:
+            value, dim = parse_value(text)
+        except ValueError as exc:
+            raise fail(None, f"--set {name}: {exc}", "e.g. 8, 32k, 4TB/s, 989TFLOP/s, 2us") from None
+        _check_dimension(name.strip(), dim)
+        out[name.strip()] = value
+    return out
+
+
+def _check_dimension(name: str, dim: str | None) -> None:
+    from infest.compiler.hardware import expected_dimension
+    want = expected_dimension(name)
+    if dim is not None and want is not None and dim != want:
+        raise fail(None, f"--set {name}: expected a {want} value, got {dim}")
+
+
+def make_analysis(args: argparse.Namespace) -> "Analysis":
+    """Load the spec and hardware named on the command line."""
+    from infest.compiler.api import analyze
+    return analyze(args.spec, hw=args.hw, phase=args.phase, model=args.model)

@@ -1,0 +1,89 @@
+"""Render an `eval` result as text, CSV or Markdown (human units, each one named)."""
+from __future__ import annotations
+
+import csv
+import io
+
+from infest.exports.human import bytes_both, count, duration, si, table
+
+OP_HEADERS = ["op", "kind", "group", "count", "FLOPs", "bytes", "FLOP/byte", "time", "x count",
+              "bound"]
+
+
+def _intensity(flops: float, nbytes: float) -> str:
+    return f"{flops / nbytes:.3g}" if nbytes else "inf"
+
+
+def op_rows(result: dict) -> list[list[str]]:
+    """One row per op: per-instance FLOPs, bytes, intensity, time; time x count."""
+    rows = []
+    for op in result["ops"]:
+        rows.append([op["name"], op["kind"], op["group"], str(op["count"]),
+                     si(op["flops"], "FLOP"), si(op["bytes"], "B"),
+                     _intensity(op["flops"], op["bytes"]), duration(op["time_s"]),
+                     duration(op["time_s"] * op["count"]), op["bound"]])
+    s = result["step"]
+    rows.append(["total", "", "", "", si(s["flops"], "FLOP"), si(s["bytes"], "B"),
+                 _intensity(s["flops"], s["bytes"]), "", duration(s["time_s"]), s["bound"]])
+    return rows
+
+
+def summary_rows(result: dict) -> list[list[str]]:
+    """Params, memory and step figures as (what, value) rows."""
+    p, m, s = result["params"], result["memory"], result["step"]
+    fits = "yes" if m["fits"] else "NO"
+    return [
+        ["params total / active", f"{count(p['total'])} / {count(p['active'])}"],
+        ["weights", bytes_both(m["weights_bytes"])],
+        ["KV cache per token", si(m["kv_bytes_per_token"], "B")],
+        ["KV cache at B, N+T", bytes_both(m["kv_bytes"])],
+        ["memory total / capacity", f"{bytes_both(m['total_bytes'])} / {bytes_both(m['capacity_bytes'])}"],
+        ["fits", fits],
+        ["max batch at this N", str(m["max_batch"])],
+        ["max context at this B", str(m["max_context"])],
+        ["step FLOPs / bytes", f"{si(s['flops'], 'FLOP')} / {si(s['bytes'], 'B')}"],
+        ["  weights / KV / activations", f"{si(s['weight_bytes'], 'B')} / {si(s['kv_bytes'], 'B')} / {si(s['act_bytes'], 'B')}"],
+        ["t_compute / t_memory / t_launch", f"{duration(s['t_compute_s'])} / {duration(s['t_memory_s'])} / {duration(s['t_launch_s'])}"],
+        ["roofline (no launch floor)", duration(s["roofline_s"])],
+        ["step time lower bound", duration(s["time_s"])],
+        ["check: active weights / mem_bw", duration(s["weights_floor_s"])],
+        ["tokens/s upper bound", f"{s['tokens_per_s']:.4g} tok/s"],
+        ["kernels per step", str(s["kernels"])],
+        ["binding ceiling", s["bound"]],
+    ]
+
+
+def _heading(result: dict) -> str:
+    ins = result["inputs"]
+    point = " ".join(f"{k}={ins[k]}" for k in ("B", "N", "T") if k in ins)
+    return f"{result['model']} on {result['hardware']}, {result['phase']}, {point}"
+
+
+def text(result: dict) -> str:
+    """The full plain-text report."""
+    parts = [_heading(result), "", table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
+             "", table(["", ""], summary_rows(result), right=set())]
+    return "\n".join(parts)
+
+
+def markdown(result: dict) -> str:
+    """The report as Markdown tables."""
+    def md(headers: list[str], rows: list[list[str]]) -> str:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    return "\n\n".join([f"### {_heading(result)}", md(OP_HEADERS, op_rows(result)),
+                        md(["quantity", "value"], summary_rows(result))])
+
+
+CSV_KEYS = ["name", "kind", "group", "count", "flops", "bytes", "weight_bytes", "kv_bytes",
+            "act_bytes", "kernels", "t_compute_s", "t_memory_s", "t_launch_s", "time_s", "bound"]
+
+
+def ops_csv(result: dict) -> str:
+    """The per-op table in base units (one row per op), for spreadsheets and scripts."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_KEYS)
+    for op in result["ops"]:
+        writer.writerow([op[k] for k in CSV_KEYS])
+    return buf.getvalue()

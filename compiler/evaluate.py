@@ -99,8 +99,8 @@ class CompiledForms:
         self.forms, self.names = forms, names
         self.layout = _layout(forms)
         exprs = [e for _, e in self.layout]
-        self._fn = sympy.lambdify([sym(n) for n in names], exprs, modules="numpy",
-                                  dummify=True, cse=True)
+        symbols, exprs = _safe_symbols([sym(n) for n in names], exprs)
+        self._fn = sympy.lambdify(symbols, exprs, modules="numpy", dummify=False)
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Evaluate at inputs (scalars or broadcastable arrays): key -> value."""
@@ -108,6 +108,28 @@ class CompiledForms:
             args = [np.asarray(values[n], dtype=float) for n in self.names]
             results = self._fn(*args)
         return {key: results[i] for i, (key, _) in enumerate(self.layout)}
+
+
+def _safe_symbols(symbols: list[sympy.Symbol], exprs: list[sympy.Expr]):
+    """Rename inputs whose names could clash with the generated code's namespace.
+
+    lambdify's own dummify=True rebuilds every expression (seconds on a big model), so
+    only names that are not plain identifiers, or shadow numpy or Python names, are
+    replaced; the common case rebuilds nothing.
+    """
+    unsafe = [s for s in symbols if not _plain_identifier(s.name)]
+    if not unsafe:
+        return symbols, exprs
+    swap = {s: sympy.Symbol(f"_in{i}", **s.assumptions0) for i, s in enumerate(unsafe)}
+    return [swap.get(s, s) for s in symbols], [e.xreplace(swap) for e in exprs]
+
+
+def _plain_identifier(name: str) -> bool:
+    import builtins
+    import keyword
+    return (name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")
+            and not hasattr(np, name) and not hasattr(builtins, name)
+            and name not in {"reduce", "select", "numpy", "math", "mpmath", "scipy"})
 
 
 def _layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:

@@ -13,6 +13,7 @@ from itertools import combinations
 import sympy
 
 from infest.compiler.elaborate import CompiledModel, OpNode
+from infest.compiler.functions import Max
 from infest.compiler.ops import L
 from infest.compiler.symbols import B, N, T, sym
 
@@ -74,7 +75,8 @@ def _op_forms(op: OpNode) -> dict[str, sympy.Expr]:
     return {"count": op.count, "flops": c.flops, "bytes": c.bytes,
             "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "act_bytes": c.act_bytes,
             "kernels": c.kernels, "t_compute_s": t_compute, "t_memory_s": t_memory,
-            "t_launch_s": t_launch, "time_s": sympy.Max(t_compute, t_memory, t_launch)}
+            "t_launch_s": t_launch,
+            "time_s": Max(t_compute, t_memory, t_launch)}
 
 
 def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
@@ -85,7 +87,7 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
     step = {k: _total(ops, k) for k in ("flops", "bytes", "weight_bytes", "kv_bytes",
                                          "act_bytes", "t_compute_s", "t_memory_s",
                                          "t_launch_s", "time_s", "kernels")}
-    step["roofline_s"] = sympy.Add(*(op["count"] * sympy.Max(op["t_compute_s"], op["t_memory_s"])
+    step["roofline_s"] = sympy.Add(*(op["count"] * Max(op["t_compute_s"], op["t_memory_s"])
                                      for op in ops))
     step["tokens_per_s"] = B * T / step["time_s"]
     step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW
@@ -138,7 +140,7 @@ def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
     """Largest B with weights + B * KV(N+T) <= capacity (0 if the weights alone overflow)."""
     if per_seq == 0:
         return sympy.Integer(0)
-    return sympy.Max(0, sympy.floor(room / per_seq))
+    return Max(0, sympy.floor(room / per_seq))
 
 
 def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Expr:
@@ -160,8 +162,8 @@ def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Exp
             candidates.append((budget - fixed) / slope)
     if not candidates:
         return sympy.Integer(0)
-    longest = sympy.floor(sympy.Max(*candidates))
-    return sympy.Max(0, longest - T if phase == "decode" else longest)
+    longest = sympy.floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
+    return Max(0, longest - T if phase == "decode" else longest)
 
 
 def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Expr, sympy.Expr]]]:
@@ -176,7 +178,7 @@ def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Ex
             windows[w] = windows.get(w, sympy.Integer(0)) + term / m
         else:
             linear += term / L
-    return sympy.simplify(linear), sorted(windows.items(), key=lambda wc: sympy.default_sort_key(wc[0]))
+    return linear, sorted(windows.items(), key=lambda wc: sympy.default_sort_key(wc[0]))
 
 
 def _bound_terms(step: dict[str, sympy.Expr]) -> dict[str, sympy.Expr]:

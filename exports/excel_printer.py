@@ -20,7 +20,8 @@ printer never returns a formula that would compute something else.
 
 Integer policy: integers with ``|n| <= 2**53`` print exactly; larger ones print
 as the nearest double (the value every spreadsheet engine would store anyway),
-in repr form with at most 17 significant digits, e.g. ``1.2345678901234568E+20``.
+with 17 significant digits in E form, e.g. ``9.0071992547409920E+15`` for
+``2**53 + 1``.
 Integers beyond the double range raise ``ExcelPrintError``.
 """
 
@@ -132,9 +133,11 @@ def _int_literal(value: int) -> str:
     if abs(value) <= EXACT_INT_LIMIT:
         return str(value)
     try:
-        return _float_literal(float(value))
+        # Always 17 significant digits in E form, so the rounding is visible.
+        return f"{float(value):.16E}"
     except OverflowError:
-        raise ExcelPrintError(f"integer {value} exceeds the double range") from None
+        raise ExcelPrintError(
+            f"integer of {len(str(abs(value)))} digits exceeds the double range") from None
 
 
 def _call(name: str, texts: list[str]) -> str:
@@ -187,8 +190,6 @@ class ExcelPrinter(StrPrinter):
     ``_print_*`` methods defined on this class are used: anything else raises
     ``ExcelPrintError`` instead of falling back to sympy's Python-like syntax.
     """
-
-    printmethod = "_excelcode"
 
     def __init__(self, refs: Mapping[sympy.Basic, str]) -> None:
         super().__init__()
@@ -475,10 +476,15 @@ class _Splitter:
 
     def run(self, expr: sympy.Basic) -> str:
         """Print ``expr``, hoisting one subtree (or one regrouping) per round."""
+        previous = None
         while True:
             text = self.printer.doprint(expr)
             if _fits(text):
                 return text
+            if text == previous:
+                # A round that changes nothing would repeat forever.
+                raise ExcelPrintError("cannot split the formula to fit Excel's limits")
+            previous = text
             self._reduce(expr, by_depth=nesting_depth(text) > SPLIT_NESTING)
 
     def _size(self, expr: sympy.Basic, by_depth: bool) -> int:
@@ -509,18 +515,20 @@ class _Splitter:
                 if not self._small(size, by_depth):
                     node = kid
                     continue
-            return self._reduce_at(node, [kid for _, kid in sized], by_depth)
+            self._reduce_at(node, [kid for _, kid in sized], by_depth)
+            return
 
     def _reduce_at(self, node: sympy.Basic, kids: list[sympy.Basic],
                    by_depth: bool) -> None:
         """Shrink a node whose children are each small (or leaves)."""
         if isinstance(node, sympy.Piecewise) and len(node.args) > 2:
-            return self._peel(node)
-        if isinstance(node, _ASSOCIATIVE) and len(node.args) > 2 and not by_depth:
-            return self._regroup(node)
-        if not kids:
+            self._peel(node)
+        elif isinstance(node, _ASSOCIATIVE) and len(node.args) > 2 and not by_depth:
+            self._regroup(node)
+        elif kids:
+            self._hoist(max(kids, key=lambda kid: self._size(kid, by_depth)))
+        else:
             raise ExcelPrintError(f"cannot split {type(node).__name__} to fit Excel")
-        self._hoist(max(kids, key=lambda kid: self._size(kid, by_depth)))
 
     def _hoist(self, expr: sympy.Basic) -> None:
         """Move ``expr`` into a helper cell (once)."""
@@ -552,11 +560,13 @@ class _Splitter:
     def _peel(self, node: sympy.Piecewise) -> None:
         """Keep the first pieces of a long IF chain; its tail goes to a helper cell."""
         keep, used = 0, 0
-        limit = min(len(node.args) - 1, SPLIT_NESTING // 3)
-        while keep < max(1, limit) and (keep == 0 or used <= SPLIT_CHARS // 2):
-            used += len(self.printer.doprint(node.args[keep].expr)) + \
-                len(self.printer.doprint(node.args[keep].cond))
-            keep += 1
+        while keep < min(len(node.args) - 1, SPLIT_NESTING // 3):
+            pair = node.args[keep]
+            size = len(self.printer.doprint(pair.expr)) + \
+                len(self.printer.doprint(pair.cond))
+            if keep and used + size > SPLIT_CHARS // 2:
+                break
+            keep, used = keep + 1, used + size
         tail = sympy.Piecewise(*node.args[keep:])
         self._hoist(tail)
         new = sympy.Piecewise(*node.args[:keep], (tail, True), evaluate=False)

@@ -82,6 +82,7 @@ class _State:
     tensors: dict[str, Tensor] = field(default_factory=dict)
     graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     later: dict[str, Span] = field(default_factory=dict)  # every op binding, for hints
+    poisoned: set[str] = field(default_factory=set)  # bindings that failed: no cascades
     errors: Collector = field(default_factory=Collector)
 
 
@@ -129,9 +130,16 @@ def _run_block(body: tuple, scope: _Scope, state: _State, top: bool = False) -> 
     for stmt in body:
         try:
             last = _run_stmt(stmt, scope, state, top) or last
-        except SpecError as exc:
-            state.errors.add(exc)
+        except (SpecError, _Poisoned) as exc:
+            if isinstance(exc, SpecError):
+                state.errors.add(exc)
+            if isinstance(stmt, ast.Assign):
+                state.poisoned.add(stmt.target)  # its users would only repeat this error
     return last
+
+
+class _Poisoned(Exception):
+    """An op consumed the output of an op that already failed: say nothing more."""
 
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
@@ -235,7 +243,8 @@ def _is_tensor(node: ast.Expr, state: _State) -> bool:
     if isinstance(node, ast.Call):
         return node.func in OPS
     if isinstance(node, ast.Name):
-        return node.id in state.tensors or (node.id not in state.params and node.id in state.later)
+        return node.id in state.tensors or node.id in state.poisoned or (
+            node.id not in state.params and node.id in state.later)
     return False
 
 
@@ -243,6 +252,8 @@ def _tensor(node: ast.Expr, binding: str, scope: _Scope, state: _State) -> Tenso
     if isinstance(node, ast.Call):
         return _op(node, f"{binding}.{node.func}", scope, state)
     assert isinstance(node, ast.Name)
+    if node.id in state.poisoned:
+        raise _Poisoned(node.id)
     if node.id not in state.tensors:
         raise fail(node.span, f"'{node.id}' is used before it is defined",
                    f"it is bound at {state.later[node.id]}; an op cannot consume a later "
@@ -274,8 +285,9 @@ def _named_args(call, rule, numbers, named, state):
             args[name] = _number(node, state)
         else:
             allowed = list(rule.args) + list(COMMON_KWARGS)
+            hint = did_you_mean(name, rule.args) or did_you_mean(name, COMMON_KWARGS)
             raise fail(kw.span, f"{call.func}() has no argument '{name}'",
-                       did_you_mean(name, allowed) or f"arguments: {', '.join(allowed)}")
+                       hint or f"arguments: {', '.join(allowed)}")
     if call.func != "custom":
         _check_positive_args(call, args, numbers, named, state)
     for name in rule.args:

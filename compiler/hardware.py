@@ -7,7 +7,7 @@ from fractions import Fraction
 import sympy
 
 from infest.dsl import ast
-from infest.dsl.errors import Collector, Span, fail
+from infest.dsl.errors import Collector, Span, SpecError, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
 
 # Known fields and the dimension of their unit; others may carry any unit.
@@ -60,10 +60,11 @@ def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
     for f in hw.fields:
         try:
             fields[f.name] = _field(f, fields)
-        except Exception as exc:  # SpecError from _field
-            errors.add(exc)  # type: ignore[arg-type]
+        except SpecError as exc:
+            errors.add(exc)
+    written = {f.name for f in hw.fields}
     for name in REQUIRED:
-        if name not in fields:
+        if name not in written:
             errors.add(fail(hw.name_span, f"hardware '{hw.name}' lacks the field '{name}'",
                             f"add e.g. `{name} = {_EXAMPLE[FIELD_DIMENSIONS[name]]}`"))
     errors.raise_if_any()

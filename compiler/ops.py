@@ -107,6 +107,7 @@ def _embed(op: OpIn) -> OpOut:
 
 def _linear(op: OpIn, kernels: int = 1) -> OpOut:
     d_in, d_out = op.dims  # type: ignore[misc]
+    _require(op, 0, d_in, "the input width must equal d_in")
     params = d_in * d_out + (d_out if op.args.get("bias", 0) else 0)
     cost = Cost(flops=2 * op.tokens * d_in * d_out,  # one multiply-add per weight per token
                 weight_bytes=params * _b(op.dt.weights),
@@ -165,10 +166,15 @@ def _attention(op: OpIn) -> OpOut:
     for i in (1, 2):
         _require(op, i, hkv * hd, "k and v must be kv_heads * head_dim wide")
     per_token = 2 * hkv * hd * _b(op.dt.kv)  # K and V
+    # Attention sinks (gpt-oss): one learned logit per head joins every softmax; its
+    # FLOPs (one extra term per head per query) are negligible and not counted.
+    sinks = h if op.args.get("sinks", 0) else sympy.Integer(0)
     cost = Cost(flops=4 * op.tokens * h * hd * _keys_per_query(op),  # QK^T and PV: 2+2
+                weight_bytes=sinks * _b(op.dt.weights),
                 act_bytes=_act(op, op.tokens * (2 * h * hd + 2 * hkv * hd)),
                 kv_bytes=B * _cached(op, N) * per_token + op.tokens * per_token)
-    return OpOut(h * hd, cost, kv_cache=_cached(op, L) * per_token, kv_per_token=per_token)
+    return OpOut(h * hd, cost, params=sinks, kv_cache=_cached(op, L) * per_token,
+                 kv_per_token=per_token)
 
 
 def _mla(op: OpIn) -> OpOut:
@@ -213,8 +219,9 @@ OPS: dict[str, OpRule] = {
     "linear": OpRule((1, 1), _linear, dims=True, args=("bias", "tied"),
                      defaults={"bias": 0, "tied": 0},
                      doc="x @ W: 2*B*T*d_in*d_out FLOPs, weights read once"),
-    "router": OpRule((1, 1), lambda op: _linear(op, kernels=2), dims=True,
-                     doc="MoE gate: a linear plus a top-k/softmax kernel"),
+    "router": OpRule((1, 1), lambda op: _linear(op, kernels=2), dims=True, args=("bias",),
+                     defaults={"bias": 0},
+                     doc="MoE gate: a linear (bias=1: plus a bias) and a top-k/softmax kernel"),
     "rmsnorm": OpRule((1, 1), _norm(4, 1), args=("dim",), doc="4 FLOPs/element, d weights"),
     "layernorm": OpRule((1, 1), _norm(7, 2), args=("dim",), doc="7 FLOPs/element, 2d weights"),
     "add": OpRule((2, 2), _elementwise(1), doc="x + y"),
@@ -226,8 +233,10 @@ OPS: dict[str, OpRule] = {
     "relu": OpRule((1, 1), _elementwise(1), doc="max(x, 0)"),
     "rope": OpRule((1, 1), _elementwise(3), doc="rotary embedding: 3 FLOPs/element"),
     "softmax": OpRule((1, 1), _elementwise(5), doc="exp, sum, divide: 5 FLOPs/element"),
-    "attention": OpRule((3, 3), _attention, args=("heads", "kv_heads", "head_dim", "window"),
-                        doc="GQA over B*N cached tokens; writes B*T new ones"),
+    "attention": OpRule((3, 3), _attention,
+                        args=("heads", "kv_heads", "head_dim", "window", "sinks"),
+                        doc="GQA over B*N cached tokens; writes B*T new ones; "
+                            "sinks=1: a learned sink logit per head"),
     "mla": OpRule((2, 2), _mla, args=("heads", "kv_lora_rank", "rope_dim", "nope_dim",
                                       "v_dim", "window"),
                   doc="latent KV (kv_lora_rank + rope_dim per token), absorbed weights"),
@@ -237,6 +246,6 @@ OPS: dict[str, OpRule] = {
                                             "params", "width", "kv_per_token"),
                      doc="costs written in the spec"),
 }
-OPTIONAL_ARGS = {"window", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
+OPTIONAL_ARGS = {"window", "sinks", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
                  "params", "width", "kv_per_token"}
 COMMON_KWARGS = ("kernels", "weights", "kv", "act", "math", "bits")

@@ -13,7 +13,7 @@ import sympy
 
 from infest.dsl import ast
 from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
-from infest.compiler.exprs import names_in, to_sympy
+from infest.compiler.exprs import LIMIT, names_in, to_sympy
 from infest.compiler.symbols import BUILTINS, sym
 
 
@@ -69,19 +69,23 @@ def _dependency_order(by_name: dict[str, ast.Assign], errors: Collector) -> list
         for ref in names_in(stmt.value):
             if ref.id in by_name:
                 graph.add_edge(ref.id, name)
+    position = {n: i for i, n in enumerate(by_name)}
     for cycle in nx.simple_cycles(graph):
+        start = min(range(len(cycle)), key=lambda i: position[cycle[i]])
+        cycle = cycle[start:] + cycle[:start]  # begin at the first-written param
         first = by_name[cycle[0]]
         chain = " -> ".join(cycle + [cycle[0]])
         errors.add(fail(first.target_span, f"params depend on each other in a cycle: {chain}"))
         return []
-    order = {n: i for i, n in enumerate(by_name)}
-    return list(nx.lexicographical_topological_sort(graph, key=order.__getitem__))
+    return list(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
 
 
 def _resolve_one(stmt: ast.Assign, params: dict[str, Param]) -> Param:
     value = stmt.value
     if isinstance(value, ast.Num) or (isinstance(value, ast.Neg) and isinstance(value.operand, ast.Num)):
         number = value if isinstance(value, ast.Num) else value.operand
+        if number.value > LIMIT:
+            raise fail(number.span, f"absurdly large value {number.text}", "values must stay below 1e30")
         if number is not value or number.value <= 0:
             raise fail(value.span, f"param '{stmt.target}' must be positive",
                        "dimensions, counts and sizes are positive numbers")

@@ -1,0 +1,151 @@
+"""`infest sweep`: one metric over a B x N grid, as a table, CSV, JSON and/or a figure."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from infest.exports.common import add_spec_args, make_analysis, parse_sets
+from infest.exports.plots import PLOT_KINDS, check_plot_path
+
+if TYPE_CHECKING:
+    from infest.compiler.api import Analysis
+    from infest.compiler.sweep import Sweep
+
+_INT_METRICS = {"memory.max_batch", "memory.max_context", "step.kernels"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """SPEC --hw HW --B LIST --N LIST [--metric KEY] [--csv|--json] [--plot FILE]."""
+    add_spec_args(p, hw_required=True)
+    lists = "1,8,32 | a..b (every integer) | a..b:x2 (geometric) | a..b:+8; units: 1k..128k:x2"
+    p.add_argument("--B", metavar="LIST", required=True, help=f"batch sizes: {lists}")
+    p.add_argument("--N", metavar="LIST", required=True, help=f"context lengths: {lists}")
+    p.add_argument("--metric", metavar="KEY", default="tokens_per_s",
+                   help="a step or memory key of `eval --json` (a bare key in both means "
+                        "the step's; say memory.kv_bytes for the other), or bound "
+                        "(default: tokens_per_s)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="long format: B,N,<metric>,fits")
+    fmt.add_argument("--json", action="store_true", help="one object with every point")
+    p.add_argument("--plot", metavar="FILE", help="also write a figure (.png, .svg or .pdf)")
+    p.add_argument("--plot-kind", choices=PLOT_KINDS, default="all",
+                   help="which chart --plot draws (default: all, one multi-panel figure)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse the lists, evaluate the grid in one call, print it (and plot it)."""
+    from infest.compiler.sweep import parse_list, sweep
+    Bs, Ns = parse_list(args.B, "B"), parse_list(args.N, "N")
+    if args.plot:
+        check_plot_path(args.plot)
+    overrides = parse_sets(args.set)
+    analysis = make_analysis(args)
+    result = sweep(analysis, overrides, Bs, Ns, args.metric)
+    if args.plot:
+        from infest.exports.plots import write_plot
+        write_plot(analysis, overrides, Bs, Ns, Path(args.plot), args.plot_kind)
+    if args.csv:
+        print(to_csv(result), end="")
+    elif args.json:
+        print(json.dumps(to_json(analysis, result)))
+    else:
+        print(to_table(analysis, result))
+    return 0
+
+
+def metric_label(key: str) -> str:
+    """The name a user would type: `tokens_per_s`, but `memory.kv_bytes` (step's wins bare)."""
+    from infest.compiler.sweep import resolve_metric
+    short = key.partition(".")[2] or key
+    return short if resolve_metric(short) == key else key
+
+
+def metric_unit(key: str) -> str:
+    """The base unit of a metric, for headings."""
+    short = key.partition(".")[2] or key
+    units = {"tokens_per_s": "tokens/s", "kv_bytes_per_token": "bytes/token",
+             "kernels": "kernels", "max_batch": "sequences", "max_context": "tokens",
+             "flops": "FLOP", "fits": "", "bound": ""}
+    if short in units:
+        return units[short]
+    return "s" if short.endswith("_s") else "bytes" if short.endswith("bytes") else ""
+
+
+def _cell_texts(result: "Sweep") -> list[list[Any]]:
+    """Python values per cell: int for counts, bool for fits, None for inf/nan, str bound."""
+    rows = result.values.tolist()
+    if result.metric == "bound" or result.values.dtype == bool:
+        return rows
+    if result.metric in _INT_METRICS:
+        return [[int(v) if math.isfinite(v) else None for v in row] for row in rows]
+    return [[v if math.isfinite(v) else None for v in row] for row in rows]
+
+
+def to_csv(result: "Sweep") -> str:
+    """Long format, one line per point: B,N,<metric>,fits (base units)."""
+    cells, fits = _cell_texts(result), result.fits.tolist()
+    Bs, Ns = result.B.tolist(), result.N.tolist()
+    lines = [f"B,N,{metric_label(result.metric)},fits"]
+    for i, b in enumerate(Bs):  # formatting, not evaluation: the values are already there
+        row, frow = cells[i], fits[i]
+        lines += [f"{b},{n},{_csv_value(row[j])},{'true' if frow[j] else 'false'}"
+                  for j, n in enumerate(Ns)]
+    return "\n".join(lines) + "\n"
+
+
+def _csv_value(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def to_json(analysis: "Analysis", result: "Sweep") -> dict:
+    """Model, hardware, phase, metric, fixed inputs, the axes and every point."""
+    label, cells, fits = metric_label(result.metric), _cell_texts(result), result.fits.tolist()
+    Bs, Ns = result.B.tolist(), result.N.tolist()
+    return {"model": analysis.forms.model.name,
+            "hardware": analysis.hardware.name if analysis.hardware else None,
+            "phase": analysis.forms.phase, "metric": label, "unit": metric_unit(result.metric),
+            "inputs": {i.name: _plain(i.value) for i in result.inputs},
+            "B": Bs, "N": Ns,
+            "points": [{"B": b, "N": n, label: cells[i][j], "fits": fits[i][j]}
+                       for i, b in enumerate(Bs) for j, n in enumerate(Ns)]}
+
+
+def _plain(value: Any) -> int | float:
+    return int(value) if value.denominator == 1 else float(value)
+
+
+def to_table(analysis: "Analysis", result: "Sweep") -> str:
+    """B down, N across; a cell that does not fit in memory is marked with `*`."""
+    from infest.exports.human import table
+    cells, fits = _cell_texts(result), result.fits.tolist()
+    rows = [[str(b)] + [_table_value(v) + ("" if ok else "*") for v, ok in zip(cells[i], fits[i])]
+            for i, b in enumerate(result.B.tolist())]
+    headers = ["B \\ N"] + [str(n) for n in result.N.tolist()]
+    parts = [_heading(analysis, result), "", table(headers, rows, right=set(range(len(headers))))]
+    if not result.fits.all():
+        parts += ["", "* does not fit in device memory (weights + KV cache > mem_capacity)"]
+    return "\n".join(parts)
+
+
+def _table_value(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _heading(analysis: "Analysis", result: "Sweep") -> str:
+    unit = metric_unit(result.metric)
+    fixed = " ".join(f"{i.name}={_plain(i.value)}" for i in result.inputs if i.name == "T")
+    hw = analysis.hardware.name if analysis.hardware else "?"
+    what = metric_label(result.metric) + (f" ({unit})" if unit else "")
+    return (f"{analysis.forms.model.name} on {hw}, {analysis.forms.phase}"
+            f"{', ' + fixed if fixed else ''}: {what}; B down, N across")

@@ -1,0 +1,126 @@
+"""The command line: contract keys, --set with units, exit codes, no tracebacks."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infest.exports.cli import main
+
+ROOT = Path(__file__).parents[1]
+LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
+CONTRACT = {
+    "top": {"model", "hardware", "phase", "inputs", "params", "memory", "step", "ops"},
+    "params": {"total", "active", "groups"},
+    "memory": {"weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
+               "capacity_bytes", "fits", "max_batch", "max_context"},
+    "step": {"flops", "bytes", "weight_bytes", "kv_bytes", "t_compute_s", "t_memory_s",
+             "t_launch_s", "roofline_s", "time_s", "tokens_per_s", "kernels", "bound"},
+    "op": {"name", "kind", "group", "count", "flops", "bytes", "weight_bytes", "kv_bytes",
+           "time_s", "bound"},
+}
+
+
+def _json(capsys, *args: str) -> dict:
+    assert main(["eval", LLAMA, "--hw", "h100_sxm", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_eval_json_carries_every_contract_key(capsys) -> None:
+    r = _json(capsys)
+    assert CONTRACT["top"] <= r.keys()
+    for section in ("params", "memory", "step"):
+        assert CONTRACT[section] <= r[section].keys(), section
+    assert all(CONTRACT["op"] <= op.keys() for op in r["ops"])
+    assert r["step"]["bound"] in {"compute", "weights", "kv", "launch"}
+    assert {"B", "N", "T", "hidden", "mem_bw", "flops_bf16", "launch_overhead"} <= r["inputs"].keys()
+
+
+def test_set_takes_units(capsys) -> None:
+    r = _json(capsys, "--set", "N=32k", "--set", "mem_bw=4TB/s", "--set", "launch_overhead=2us")
+    assert r["inputs"]["N"] == 32768                  # k = 1024 for token counts
+    assert r["inputs"]["mem_bw"] == 4e12              # TB/s is decimal
+    assert r["inputs"]["launch_overhead"] == pytest.approx(2e-6)
+    assert r["step"]["t_memory_s"] == pytest.approx(r["step"]["bytes"] / 4e12, rel=1e-12)
+
+
+def test_memory_capacity_in_gib(capsys) -> None:
+    r = _json(capsys, "--set", "mem_capacity=80GiB")
+    assert r["memory"]["capacity_bytes"] == 80 * 2**30
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "B=abc"], "--set B: not a number"),
+    (["--set", "nosuch=3"], "--set nosuch: no such input"),
+    (["--set", "mem_bw=80GiB"], "--set mem_bw: expected a bytes/s value, got bytes"),
+    (["--set", "B=0"], "--set B: the value must be positive"),
+    (["--set", "head_dim=64"], "'head_dim' is derived from other params"),
+])
+def test_bad_set_exits_1_with_message(capsys, args: list[str], message: str) -> None:
+    assert main(["eval", LLAMA, "--hw", "h100_sxm", *args]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_hardware_hints(capsys) -> None:
+    assert main(["eval", LLAMA, "--hw", "h100_sx"]) == 1
+    assert "did you mean 'h100_sxm'?" in capsys.readouterr().err
+
+
+def test_bad_arguments_exit_1(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["eval", LLAMA])  # --hw is required
+    assert info.value.code == 1
+
+
+def test_csv_and_markdown(capsys) -> None:
+    assert main(["eval", LLAMA, "--hw", "h100_sxm", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 16 and rows[0]["name"] == "x" and rows[-1]["name"] == "logits"
+    assert main(["eval", LLAMA, "--hw", "h100_sxm", "--markdown"]) == 0
+    assert "| binding ceiling | weights |" in capsys.readouterr().out
+
+
+def test_text_report_names_units(capsys) -> None:
+    assert main(["eval", LLAMA, "--hw", "h100_sxm", "--set", "B=1", "--set", "N=4096"]) == 0
+    out = capsys.readouterr().out
+    assert "16.1 GB (15 GiB)" in out          # 16,060,522,496 bytes, decimal and binary
+    assert "binding ceiling" in out and "weights" in out
+
+
+def test_compile_leaves_hardware_symbols_free(capsys) -> None:
+    assert main(["compile", LLAMA]) == 0
+    out = capsys.readouterr().out
+    assert "step.t_launch_s = 419*launch_overhead" in out
+    assert main(["compile", LLAMA, "--hw", "h100_sxm", "--json"]) == 0
+    forms = json.loads(capsys.readouterr().out)["forms"]
+    assert forms["step.t_launch_s"] == "419/250000"    # 419 kernels x 4 us
+
+
+def test_list_shows_shipped_specs(capsys) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("llama3_1_8b", "h100_sxm", "h200_sxm", "gh200"):
+        assert name in out
+
+
+def test_bad_spec_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.arch"
+    bad.write_text("model m {\n  weights: bf61\n}\n")
+    proc = subprocess.run([sys.executable, "-m", "infest.exports.cli", "eval", str(bad),
+                           "--hw", "h100_sxm"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert f"{bad}:2:12: error: unknown dtype 'bf61'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_is_fast_to_import() -> None:
+    # --help must not pull in sympy, networkx or numpy (checked by module list, not time).
+    code = ("import sys; from infest.exports.cli import build_parser; build_parser();"
+            "print(sorted(m for m in ('sympy', 'networkx', 'numpy', 'lark') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]"

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from infest.compiler.elaborate import CompiledModel, elaborate
 from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
 from infest.compiler.hardware import CompiledHardware, compile_hardware
-from infest.compiler.loader import Program, load_program, pick_model, shipped
+from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.model import Forms, build_forms
 from infest.dsl.errors import SpecError, did_you_mean, fail
 
@@ -25,6 +25,7 @@ def load_model(path: str | Path, model: str | None = None,
     """Parse and check the model a spec file defines (or the one named)."""
     path = Path(path)
     program = program or load_program(path)
+    path = resolve_spec(path)
     node, file = pick_model(program, model, path)
     return elaborate(node, file, reserved=_hardware_field_names(program))
 

@@ -77,6 +77,8 @@ def _check_overrides(forms, names, known, overrides) -> None:
                        did_you_mean(name, set(names) | set(known)) or "see `infest eval --json` inputs")
         if value <= 0:
             raise fail(None, f"--set {name}: the value must be positive")
+        if value > 10**30:
+            raise fail(None, f"--set {name}: absurdly large value", "values must stay below 1e30")
 
 
 def _missing_error(forms: Forms, hw: CompiledHardware | None, missing: list[str]) -> SpecError:

@@ -38,10 +38,23 @@ def read_text(path: Path, span: Span | None = None) -> str:
         raise fail(span, f"cannot read '{path}': {reason}") from None
 
 
+def resolve_spec(path: Path) -> Path:
+    """A spec path as given, else the shipped spec it names (`llama3_1_8b`, or
+    `specs/models/llama3_1_8b.arch` run from outside the checkout)."""
+    if path.exists():
+        return path
+    for kind in ("models", "hardware"):
+        found = shipped(kind).get(path.stem)
+        if found is not None and (path.suffix in ("", ".arch")):
+            return found
+    raise fail(None, f"cannot read '{path}': no such file",
+               did_you_mean(path.stem, shipped("models")) or "see `infest list` for shipped specs")
+
+
 def load_program(path: Path) -> Program:
     """Parse a file and its imports (each once; an import cycle is an error)."""
     program = Program()
-    _load(path, program, stack=[], done=set(), root=True)
+    _load(resolve_spec(Path(path)), program, stack=[], done=set(), root=True)
     return program
 
 

@@ -61,3 +61,9 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(headers), rule] + [line(r) for r in rows])
+
+
+def pairs(rows: list[list[str]]) -> str:
+    """`label   value` lines with the values aligned."""
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{r[0].ljust(width)}  {r[1]}" for r in rows)

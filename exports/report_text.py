@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
-from infest.exports.human import bytes_both, count, duration, si, table
+from infest.exports.human import bytes_both, count, duration, pairs, si, table
 
 OP_HEADERS = ["op", "kind", "group", "count", "FLOPs", "bytes", "FLOP/byte", "time", "x count",
               "bound"]
@@ -62,8 +62,26 @@ def _heading(result: dict) -> str:
 def text(result: dict) -> str:
     """The full plain-text report."""
     parts = [_heading(result), "", table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
-             "", table(["", ""], summary_rows(result), right=set())]
+             "", pairs(summary_rows(result))]
+    if result.get("capacity"):
+        parts += ["", "capacity", pairs(capacity_rows(result["capacity"]))]
     return "\n".join(parts)
+
+
+def capacity_rows(cap: dict) -> list[list[str]]:
+    """GPUs to hold the weights, where the bound moves with B, where KV passes weights in N."""
+    rows = [["GPUs to hold the weights", str(cap["gpus_to_hold_weights"])]]
+    for t in cap["bound_transitions"]:
+        oom = "" if t["fits"] else " (does not fit)"
+        rows.append([f"{t['from']} -> {t['to']} bound as B grows",
+                     f"B = {t['batch']:.6g} (first whole B: {t['first_batch']}{oom})"])
+    if not cap["bound_transitions"]:
+        rows.append(["bound as B grows", "unchanged"])
+    kv = cap["kv_overtakes_weights"]
+    rows.append(["KV bytes pass weight bytes at",
+                 f"N = {kv['context']:.6g} (first whole N: {kv['first_context']})" if kv
+                 else "never (up to N = 2^30)"])
+    return rows
 
 
 def markdown(result: dict) -> str:
@@ -72,7 +90,9 @@ def markdown(result: dict) -> str:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
     return "\n\n".join([f"### {_heading(result)}", md(OP_HEADERS, op_rows(result)),
-                        md(["quantity", "value"], summary_rows(result))])
+                        md(["quantity", "value"], summary_rows(result))]
+                       + ([md(["capacity", "value"], capacity_rows(result["capacity"]))]
+                          if result.get("capacity") else []))
 
 
 CSV_KEYS = ["name", "kind", "group", "count", "flops", "bytes", "weight_bytes", "kv_bytes",

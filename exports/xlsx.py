@@ -1,0 +1,446 @@
+"""Write an Excel workbook whose every derived number is a live formula.
+
+Sheets: Inputs (every input symbol as a named, styled, validated cell), Ops (a row per
+op: per-instance costs and time terms as formulas of the inputs), Summary (every `memory`
+and `step` key of `eval --json` as a named formula, human units beside), Sweep (B down,
+N across, the closed forms over the header cells) and Charts (native charts over the
+Sweep grids). Names: `in_<symbol>` for inputs, `out_<key>` for results. Each formula
+cell carries its symbolic form as a note. Changing an input and recalculating in any
+spreadsheet engine gives the numbers `infest eval` gives for those inputs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import sympy
+from openpyxl import Workbook
+from openpyxl.chart import Reference, ScatterChart, Series
+from openpyxl.comments import Comment
+from openpyxl.formatting.rule import FormulaRule
+from openpyxl.styles import Font, PatternFill
+from openpyxl.utils import get_column_letter
+from openpyxl.workbook.defined_name import DefinedName
+from openpyxl.worksheet.datavalidation import DataValidation
+
+from infest.compiler.evaluate import input_names
+from infest.compiler.hardware import field_doc
+from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
+from infest.compiler.symbols import BUILTIN_DOC, sym
+from infest.exports.excel_printer import excel_formula_split
+
+if TYPE_CHECKING:
+    from infest.compiler.api import Analysis
+
+INPUT_FONT = Font(color="0000FF")
+INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")
+HEADER_FONT = Font(bold=True)
+OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
+NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not computing
+
+SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+
+# Human units shown beside base units: dimension -> (divisor, unit).
+HUMAN = {"bytes": (1e9, "GB"), "bytes/s": (1e12, "TB/s"), "FLOP/s": (1e12, "TFLOP/s"),
+         "s": (1e-6, "us"), "FLOP": (1e9, "GFLOP")}
+KEY_UNITS = {"flops": "FLOP", "kernels": "launches", "tokens_per_s": "tokens/s",
+             "max_batch": "sequences", "max_context": "tokens", "fits": "", "bound": ""}
+
+_CELL_LIKE = re.compile(r"^([A-Za-z]{1,3}[0-9]+|[RrCc]|[Rr][0-9]*[Cc][0-9]*)$")
+
+
+def check_excel_name(name: str) -> str:
+    """Return `name` if Excel accepts it as a defined name, else raise ValueError."""
+    if not re.fullmatch(r"[A-Za-z_\\][A-Za-z0-9_.]*", name) or len(name) > 255:
+        raise ValueError(f"{name!r} is not a valid Excel name")
+    if _CELL_LIKE.match(name) or name.upper() in ("TRUE", "FALSE"):
+        raise ValueError(f"{name!r} looks like a cell reference")
+    return name
+
+
+def unit_of(key: str) -> str:
+    """Base unit of a memory/step key, from its name."""
+    if key in KEY_UNITS:
+        return KEY_UNITS[key]
+    if key.endswith("_s"):
+        return "s"
+    return "bytes" if "bytes" in key else ""
+
+
+@dataclass
+class _Builder:
+    """Workbook state: sheets, defined names, helper cells for long formulas."""
+
+    analysis: "Analysis"
+    overrides: Mapping[str, Any]
+    wb: Workbook = field(default_factory=Workbook)
+    names: dict[sympy.Symbol, str] = field(default_factory=dict)
+    helpers: dict[sympy.Basic, str] = field(default_factory=dict)
+
+    def define(self, name: str, sheet: str, cell: str) -> None:
+        """A workbook-scoped defined name for one cell."""
+        check_excel_name(name)
+        col, row = re.match(r"([A-Z]+)(\d+)", cell).groups()  # type: ignore[union-attr]
+        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{sheet}!${col}${row}")
+
+    def formula(self, expr: sympy.Basic, names: Mapping[sympy.Symbol, str] | None = None,
+                allocate: Callable[[sympy.Basic], str] | None = None) -> str:
+        """`=...` for an expression, long parts hoisted into helper cells."""
+        return "=" + excel_formula_split(expr, names or self.names, allocate or self._helper)
+
+    def _helper(self, expr: sympy.Basic) -> str:
+        """A cell on the Helpers sheet holding a hoisted subexpression (shared)."""
+        if expr not in self.helpers:
+            ws = self.wb["Helpers"]
+            row = ws.max_row + 1
+            self.helpers[expr] = f"Helpers!$B${row}"
+            ws.cell(row, 1, f"h{row}")
+            _set_formula(ws.cell(row, 2), self.formula(expr), expr)
+        return self.helpers[expr]
+
+
+def _set_formula(cell, text: str, expr: sympy.Basic | str) -> None:
+    """A formula cell with its symbolic form as a note."""
+    cell.value = text
+    note = str(expr)
+    if len(note) > NOTE_CHARS:
+        note = note[:NOTE_CHARS] + " ..."
+    cell.comment = Comment(note, "infest")
+
+
+def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any]) -> Path:
+    """Write the workbook for an analysis (hardware required) at the given inputs."""
+    b = _Builder(analysis, overrides)
+    first = b.wb.active
+    first.title = "Inputs"
+    for title in ("Summary", "Ops", "Sweep", "Charts", "Helpers"):
+        b.wb.create_sheet(title)
+    _inputs_sheet(b)
+    ops_rows = _ops_sheet(b)
+    _summary_sheet(b, ops_rows)
+    _sweep_sheet(b)
+    _charts_sheet(b)
+    b.wb.calculation.fullCalcOnLoad = True  # no cached values: engines must compute
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    b.wb.save(path)
+    return path
+
+
+# ---- Inputs ---------------------------------------------------------------------
+
+def _input_rows(b: _Builder) -> list[tuple[str, Any, str, str, str]]:
+    """(name, value, unit, description, kind) for every input, hardware fields included."""
+    inputs = {i.name: i for i in b.analysis.inputs(b.overrides)}
+    hw = b.analysis.hardware
+    extra = [n for n in (hw.fields if hw else {}) if n not in inputs]
+    rows = []
+    for name in list(inputs) + extra:
+        value = inputs[name].value if name in inputs else hw.fields[name].value  # type: ignore[union-attr]
+        unit, doc, kind = _describe_input(b, name)
+        rows.append((name, value, unit, doc, kind))
+    return rows
+
+
+def _describe_input(b: _Builder, name: str) -> tuple[str, str, str]:
+    """(unit, description, kind) of one input."""
+    if name in BUILTIN_DOC:
+        return ("sequences" if name == "B" else "tokens"), BUILTIN_DOC[name], "builtin"
+    params = b.analysis.model.params
+    if name in params:
+        return params[name].dimension or "", f"model param of {b.analysis.model.name}", "model"
+    hw = b.analysis.hardware
+    dim = hw.fields[name].dimension if hw and name in hw.fields else None
+    doc, unit = field_doc(name)
+    return dim or unit, doc, "hardware"
+
+
+def _inputs_sheet(b: _Builder) -> None:
+    ws = b.wb["Inputs"]
+    ws.append(["input", "value", "unit", "human", "human unit", "description", "kind"])
+    validation = DataValidation(type="decimal", operator="greaterThan", formula1="0",
+                                showErrorMessage=True, error="Inputs must be positive numbers")
+    ws.add_data_validation(validation)
+    for row, (name, value, unit, doc, kind) in enumerate(_input_rows(b), start=2):
+        _input_row(b, ws, row, (name, value, unit, doc, kind))
+        validation.add(f"B{row}")
+    _style_header(ws, widths=[18, 20, 10, 12, 10, 48, 10])
+
+
+def _input_row(b: _Builder, ws, row: int, item: tuple) -> None:
+    name, value, unit, doc, kind = item
+    number = int(value) if value.denominator == 1 else float(value)
+    cell = ws.cell(row, 2, number)
+    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    ws.cell(row, 1, name)
+    ws.cell(row, 3, unit)
+    ws.cell(row, 6, doc)
+    ws.cell(row, 7, kind)
+    b.define(f"in_{name}", "Inputs", f"B{row}")
+    b.names[sym(name)] = f"in_{name}"
+    if unit in HUMAN:
+        divisor, human_unit = HUMAN[unit]
+        ws.cell(row, 4, f"=B{row}/{divisor:g}")
+        ws.cell(row, 5, human_unit)
+
+
+def _style_header(ws, widths: list[int]) -> None:
+    for cell in ws[1]:
+        cell.font = HEADER_FONT
+    for i, width in enumerate(widths, start=1):
+        ws.column_dimensions[get_column_letter(i)].width = width
+    ws.freeze_panes = "B2"
+
+
+# ---- Ops ------------------------------------------------------------------------
+
+OP_COLUMNS = ["count", "flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "kernels",
+              "t_compute_s", "t_memory_s", "t_launch_s"]
+
+
+def _ops_sheet(b: _Builder) -> tuple[int, int]:
+    """A row per op; returns the (first, last) data rows for the Summary's sums."""
+    ws = b.wb["Ops"]
+    ws.append(["op", "kind", "group"] + OP_COLUMNS +
+              ["time_s", "roofline_s", "intensity FLOP/byte", "time x count", "bound"])
+    for row, (node, forms) in enumerate(zip(b.analysis.model.ops, b.analysis.forms.ops), start=2):
+        ws.cell(row, 1, node.name)
+        ws.cell(row, 2, node.kind)
+        ws.cell(row, 3, node.group)
+        for col, key in enumerate(OP_COLUMNS, start=4):
+            _set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
+        _op_derived(ws, row)
+    _style_header(ws, widths=[16, 10, 12] + [14] * 15)
+    return 2, 1 + len(b.analysis.model.ops)
+
+
+def _op_derived(ws, row: int) -> None:
+    """time, roofline, intensity, time x count and bound from the row's own cells."""
+    c = {key: f"{get_column_letter(i)}{row}" for i, key in enumerate(OP_COLUMNS, start=4)}
+    tc, tm, tl = c["t_compute_s"], c["t_memory_s"], c["t_launch_s"]
+    derived = [f"=MAX({tc},{tm},{tl})", f"=MAX({tc},{tm})",
+               f'=IF({c["bytes"]}>0,{c["flops"]}/{c["bytes"]},"")', f"=N{row}*{c['count']}",
+               _op_bound_formula(c)]
+    for col, text in enumerate(derived, start=14):
+        _set_formula(ws.cell(row, col), text, text[1:])
+
+
+def _op_bound_formula(c: dict[str, str]) -> str:
+    """compute / launch / the largest byte kind, with the evaluator's tie order."""
+    tc, tm, tl = c["t_compute_s"], c["t_memory_s"], c["t_launch_s"]
+    w, kv, act = c["weight_bytes"], c["kv_bytes"], c["act_bytes"]
+    memory = f'IF(AND({w}>={kv},{w}>={act}),"weights",IF({kv}>={act},"kv","activations"))'
+    return (f'=IF(AND({tc}>={tm},{tc}>={tl}),"compute",'
+            f'IF({tm}>={tl},{memory},"launch"))')
+
+
+# ---- Summary --------------------------------------------------------------------
+
+def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
+    ws = b.wb["Summary"]
+    ws.append(["key", "value", "unit", "human", "human unit", "also"])
+    forms = b.analysis.forms
+    rows = [("params", k, forms.params[k]) for k in ("total", "active")]
+    rows += [("memory", k, forms.memory[k]) for k in MEMORY_KEYS]
+    rows += [("step", k, forms.step[k]) for k in STEP_KEYS]
+    rows += [("bound", k, forms.bound_terms[k]) for k in BOUND_TERMS]
+    where = {}
+    for row, (section, key, expr) in enumerate(rows, start=2):
+        where[(section, key)] = row
+    for (section, key, expr) in rows:
+        row = where[(section, key)]
+        ws.cell(row, 1, f"{section}.{key}")
+        text = _summary_formula(b, section, key, expr, ops_rows, where)
+        _set_formula(ws.cell(row, 2), text, expr)
+        _summary_units(ws, row, section, key)
+    _bound_row(b, ws, len(rows) + 2, where)
+    _style_header(ws, widths=[26, 22, 10, 14, 10, 14])
+
+
+def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
+                     ops_rows: tuple[int, int], where: dict) -> str:
+    """Step totals sum the Ops sheet (count x per-op cell); the rest print their form."""
+    row = where[(section, key)]
+    b.define(_name_of(section, key), "Summary", f"B{row}")
+    first, last = ops_rows
+    column = _OPS_SUM_COLUMNS.get(key) if section == "step" else None
+    if column:
+        return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
+    if section == "step" and key == "tokens_per_s":
+        tokens = sym("B") * (sym("T") if b.analysis.forms.phase == "decode" else sym("N"))
+        return f"={excel_formula_split(tokens, b.names, b._helper)}/out_time_s"
+    if section == "memory" and key == "fits":
+        return "=out_total_bytes<=out_capacity_bytes"
+    return b.formula(expr)
+
+
+def _name_of(section: str, key: str) -> str:
+    """The defined name of a Summary row. memory.kv_bytes (the cache held) and
+    step.kv_bytes (the cache traffic) share a key: the held one is `out_kv_bytes`,
+    the traffic `out_step_kv_bytes`."""
+    if section == "step" and key == "kv_bytes":
+        return "out_step_kv_bytes"
+    return {"memory": "out_", "step": "out_", "params": "params_", "bound": "bound_"}[section] + key
+
+
+_OPS_SUM_COLUMNS = {"flops": "E", "bytes": "F", "weight_bytes": "G", "kv_bytes": "H",
+                    "act_bytes": "I", "kernels": "J", "t_compute_s": "K", "t_memory_s": "L",
+                    "t_launch_s": "M", "time_s": "N", "roofline_s": "O"}
+
+
+def _summary_units(ws, row: int, section: str, key: str) -> None:
+    unit = "params" if section == "params" else unit_of(key)
+    ws.cell(row, 3, unit)
+    if unit == "bytes":
+        ws.cell(row, 4, f"=B{row}/1E9")
+        ws.cell(row, 5, "GB")
+        ws.cell(row, 6, f'=TEXT(B{row}/2^30,"0.00")&" GiB"')
+    elif unit == "s":
+        ws.cell(row, 4, f"=B{row}*1000")
+        ws.cell(row, 5, "ms")
+        ws.cell(row, 6, f'=TEXT(B{row}*1E6,"0.0")&" us"')
+    elif unit == "params":
+        ws.cell(row, 4, f"=B{row}/1E9")
+        ws.cell(row, 5, "billion")
+
+
+def _bound_row(b: _Builder, ws, row: int, where: dict) -> None:
+    """`out_bound`: the largest of the four ceilings, ties in the evaluator's order."""
+    refs = [f"B{where[('bound', k)]}" for k in BOUND_TERMS]
+    biggest = f"MAX({','.join(refs)})"
+    text = '"launch"'
+    for name, ref in reversed(list(zip(BOUND_TERMS[:-1], refs[:-1]))):
+        text = f'IF({ref}={biggest},"{name}",{text})'
+    ws.cell(row, 1, "step.bound")
+    _set_formula(ws.cell(row, 2), "=" + text, "argmax(" + ", ".join(BOUND_TERMS) + ")")
+    b.define("out_bound", "Summary", f"B{row}")
+
+
+# ---- Sweep and charts -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Grid:
+    """One B x N table on the Sweep sheet."""
+
+    title: str
+    key: str
+    top: int  # row of the N header
+
+
+def _grids() -> list[_Grid]:
+    height = len(SWEEP_B) + 3
+    return [_Grid("tokens/s (upper bound)", "tokens_per_s", 2),
+            _Grid("step time (s, lower bound)", "time_s", 2 + height)]
+
+
+def _sweep_sheet(b: _Builder) -> None:
+    ws = b.wb["Sweep"]
+    ws.cell(1, 1, "B down, N across; other inputs from the Inputs sheet. "
+                  "Grey cells do not fit in memory. Edit the blue headers freely.")
+    for grid in _grids():
+        _grid(b, ws, grid)
+    ws.column_dimensions["A"].width = 12
+    for col in range(2, len(SWEEP_N) + 2):
+        ws.column_dimensions[get_column_letter(col)].width = 14
+
+
+def _grid(b: _Builder, ws, grid: _Grid) -> None:
+    ws.cell(grid.top, 1, grid.title).font = HEADER_FONT
+    for j, n in enumerate(SWEEP_N, start=2):
+        _header(ws.cell(grid.top + 1, j, n))
+    expr = b.analysis.forms.step[grid.key]
+    fits = b.analysis.forms.memory["total_bytes"] - b.analysis.forms.memory["capacity_bytes"]
+    for i, batch in enumerate(SWEEP_B):
+        row = grid.top + 2 + i
+        _header(ws.cell(row, 1, batch))
+        for j in range(2, len(SWEEP_N) + 2):
+            _sweep_cell(b, ws, row, j, grid, expr)
+    _mark_oom(b, ws, grid, fits)
+
+
+def _header(cell) -> None:
+    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+
+
+def _cell_names(b: _Builder, row: int, col: int, header_row: int) -> dict:
+    letter = get_column_letter(col)
+    names = dict(b.names)
+    names[sym("B")] = f"Sweep!$A{row}"
+    names[sym("N")] = f"Sweep!{letter}${header_row}"
+    return names
+
+
+def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, expr: sympy.Basic) -> None:
+    names = _cell_names(b, row, col, grid.top + 1)
+    hoisted: dict[sympy.Basic, str] = {}
+
+    def allocate(sub: sympy.Basic) -> str:
+        # A hoisted part lives at the same position on its own mirror sheet, so the
+        # relative B and N references stay those of this cell.
+        if sub not in hoisted:
+            title = f"Sweep_h{len(hoisted) + 1}"
+            mirror = b.wb[title] if title in b.wb.sheetnames else b.wb.create_sheet(title)
+            hoisted[sub] = f"'{title}'!{get_column_letter(col)}{row}"
+            mirror.cell(row, col, "=" + excel_formula_split(sub, names, allocate))
+        return hoisted[sub]
+
+    _set_formula(ws.cell(row, col), "=" + excel_formula_split(expr, names, allocate), expr)
+
+
+def _mark_oom(b: _Builder, ws, grid: _Grid, over: sympy.Basic) -> None:
+    """Conditional format: grey where weights + KV exceed the capacity."""
+    first_row, col = grid.top + 2, 2
+    rule_text = excel_formula_split(over, _cell_names(b, first_row, col, grid.top + 1),
+                                    b._helper).replace("Sweep!", "")
+    last = f"{get_column_letter(len(SWEEP_N) + 1)}{first_row + len(SWEEP_B) - 1}"
+    ws.conditional_formatting.add(f"B{first_row}:{last}",
+                                  FormulaRule(formula=[f"({rule_text})>0"], fill=OOM_FILL))
+
+
+def _charts_sheet(b: _Builder) -> None:
+    ws = b.wb["Charts"]
+    sweep = b.wb["Sweep"]
+    tokens, time = _grids()
+    ws.add_chart(_by_batch_chart(b, sweep, tokens), "A1")
+    ws.add_chart(_by_context_chart(b, sweep, time), "A22")
+
+
+def _titled(chart: ScatterChart, title: str, x: str, y: str) -> ScatterChart:
+    chart.title, chart.x_axis.title, chart.y_axis.title = title, x, y
+    chart.style, chart.height, chart.width = 13, 10, 20
+    chart.x_axis.scaling.logBase = 2
+    chart.x_axis.delete = False
+    chart.y_axis.delete = False
+    return chart
+
+
+def _by_batch_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
+    """tokens/s against batch, one series per context."""
+    chart = _titled(ScatterChart(), f"{b.analysis.model.title}: tokens/s vs batch",
+                    "batch B (sequences)", "tokens/s (upper bound)")
+    first, last = grid.top + 2, grid.top + 1 + len(SWEEP_B)
+    xs = Reference(sweep, min_col=1, min_row=first, max_row=last)
+    for col in range(2, len(SWEEP_N) + 2, 2):
+        ys = Reference(sweep, min_col=col, min_row=first, max_row=last)
+        series = Series(ys, xs, title=f"N = {SWEEP_N[col - 2]}")
+        series.marker.symbol = "circle"
+        chart.series.append(series)
+    return chart
+
+
+def _by_context_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
+    """step time against context, one series per batch size."""
+    chart = _titled(ScatterChart(), f"{b.analysis.model.title}: step time vs context",
+                    "context N (tokens)", "step time (s, lower bound)")
+    header = grid.top + 1
+    xs = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=header)
+    for i in range(0, len(SWEEP_B), 2):
+        row = grid.top + 2 + i
+        ys = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=row)
+        series = Series(ys, xs, title=f"B = {SWEEP_B[i]}")
+        series.marker.symbol = "circle"
+        chart.series.append(series)
+    return chart

@@ -123,6 +123,11 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     _summary_sheet(b, ops_rows)
     _sweep_sheet(b)
     _charts_sheet(b)
+    for ws in b.wb.worksheets:  # print (and render) each table one page wide
+        if ws.title == "Charts":
+            continue
+        ws.sheet_properties.pageSetUpPr.fitToPage = True
+        ws.page_setup.orientation, ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = "landscape", 1, 0
     b.wb.calculation.fullCalcOnLoad = True  # no cached values: engines must compute
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,9 +296,15 @@ _OPS_SUM_COLUMNS = {"flops": "E", "bytes": "F", "weight_bytes": "G", "kv_bytes":
                     "t_launch_s": "M", "time_s": "N", "roofline_s": "O"}
 
 
+_FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+00",
+            "tokens/s": "#,##0.0"}
+
+
 def _summary_units(ws, row: int, section: str, key: str) -> None:
-    unit = "params" if section == "params" else unit_of(key)
+    unit = {"params": "params", "bound": "s"}.get(section) or unit_of(key)
     ws.cell(row, 3, unit)
+    ws.cell(row, 2).number_format = _FORMATS.get(unit, "General")
+    ws.cell(row, 4).number_format = "0.000"
     if unit == "bytes":
         ws.cell(row, 4, f"=B{row}/1E9")
         ws.cell(row, 5, "GB")
@@ -352,12 +363,14 @@ def _grid(b: _Builder, ws, grid: _Grid) -> None:
     for j, n in enumerate(SWEEP_N, start=2):
         _header(ws.cell(grid.top + 1, j, n))
     expr = b.analysis.forms.step[grid.key]
+    number_format = "#,##0.0" if grid.key == "tokens_per_s" else "0.000E+00"
     fits = b.analysis.forms.memory["total_bytes"] - b.analysis.forms.memory["capacity_bytes"]
     for i, batch in enumerate(SWEEP_B):
         row = grid.top + 2 + i
         _header(ws.cell(row, 1, batch))
         for j in range(2, len(SWEEP_N) + 2):
             _sweep_cell(b, ws, row, j, grid, expr)
+            ws.cell(row, j).number_format = number_format
     _mark_oom(b, ws, grid, fits)
 
 
@@ -405,21 +418,24 @@ def _charts_sheet(b: _Builder) -> None:
     sweep = b.wb["Sweep"]
     tokens, time = _grids()
     ws.add_chart(_by_batch_chart(b, sweep, tokens), "A1")
-    ws.add_chart(_by_context_chart(b, sweep, time), "A22")
+    ws.add_chart(_by_context_chart(b, sweep, time), "A20")
 
 
 def _titled(chart: ScatterChart, title: str, x: str, y: str) -> ScatterChart:
+    """Log-log axes (batch and context span decades), legend below the plot."""
     chart.title, chart.x_axis.title, chart.y_axis.title = title, x, y
-    chart.style, chart.height, chart.width = 13, 10, 20
-    chart.x_axis.scaling.logBase = 2
-    chart.x_axis.delete = False
-    chart.y_axis.delete = False
+    chart.height, chart.width = 9, 16
+    chart.x_axis.scaling.logBase = 10
+    chart.y_axis.scaling.logBase = 10
+    chart.x_axis.delete = chart.y_axis.delete = False
+    chart.legend.position = "b"
+    chart.x_axis.number_format = chart.y_axis.number_format = "General"
     return chart
 
 
 def _by_batch_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
     """tokens/s against batch, one series per context."""
-    chart = _titled(ScatterChart(), f"{b.analysis.model.title}: tokens/s vs batch",
+    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: tokens/s vs batch",
                     "batch B (sequences)", "tokens/s (upper bound)")
     first, last = grid.top + 2, grid.top + 1 + len(SWEEP_B)
     xs = Reference(sweep, min_col=1, min_row=first, max_row=last)
@@ -433,7 +449,7 @@ def _by_batch_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
 
 def _by_context_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
     """step time against context, one series per batch size."""
-    chart = _titled(ScatterChart(), f"{b.analysis.model.title}: step time vs context",
+    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context",
                     "context N (tokens)", "step time (s, lower bound)")
     header = grid.top + 1
     xs = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=header)

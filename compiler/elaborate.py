@@ -304,7 +304,7 @@ def _check_positive_args(call, args, numbers, named, state) -> None:
     nodes = dict(zip(OPS[call.func].args, (n for n, _ in numbers)))
     nodes.update({k: kw.value for k, (kw, _) in named.items()})
     for name, value in args.items():
-        if name not in ("bias", "tied") and not _at_defaults(value, state).subs({B: 1, T: 1}) > 0:
+        if name not in ("bias", "tied", "sinks") and not _at_defaults(value, state).subs({B: 1, T: 1}) > 0:
             raise fail(nodes[name].span, f"{call.func}() argument '{name}' must be positive")
 
 

@@ -1,0 +1,720 @@
+"""Write a readable .arch spec from a Hugging Face `config.json` (`infest import-hf`).
+
+The config is read as JSON data only: each number is checked (a positive integer where a
+dimension is meant) and formatted into text templates; nothing from the file is ever
+evaluated. A config becomes an `Arch` (dimensions, attention, experts, a per-layer plan
+and the number formats), and `render` lays that out like the shipped specs: params on
+top, one `repeat` per run of identical layers, groups, comments.
+
+Families: llama, mistral, qwen2, qwen3 (dense); mixtral, qwen3_moe, gpt_oss (MoE);
+deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization is read from
+`quantization_config` (quant_method fp8, mxfp4, modelopt) or a ModelOpt
+`hf_quant_config.json` passed alongside.
+"""
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from infest.dsl.errors import SpecError, fail
+
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
+            "kimi_k2", "gpt_oss")
+_MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"}
+_MLA_FAMILIES = {"deepseek_v3", "kimi_k2"}
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_GLU = {"silu": "silu_mul", "swish": "silu_mul", "gelu": "gelu_mul",
+        "gelu_pytorch_tanh": "gelu_mul", "gelu_new": "gelu_mul"}
+_OP_COLUMN = 54  # where `group` and trailing comments start, as in the shipped specs
+
+
+# ---- reading config fields ---------------------------------------------------------
+
+class Config:
+    """A config dict with typed, named accessors: every error names the field."""
+
+    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+        self.data, self.source = data, source
+
+    def _bad(self, key: str, want: str) -> SpecError:
+        got = json.dumps(self.data.get(key))
+        return fail(None, f"{self.source}: config field '{key}' must be {want}, got {got}")
+
+    def int(self, key: str, default: int | None = None) -> int:
+        """A positive integer field; `default` when absent or null (None: required)."""
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise fail(None, f"{self.source}: missing required config field '{key}'",
+                           f"a {self.data.get('model_type')} config needs '{key}'")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self._bad(key, "a positive integer")
+        return value
+
+    def opt_int(self, key: str) -> int | None:
+        """A positive integer field, or None when absent or null."""
+        return None if self.data.get(key) is None else self.int(key)
+
+    def count(self, key: str, default: int = 0) -> int:
+        """A non-negative integer field (0 allowed: 'no shared experts')."""
+        value = self.data.get(key, default)
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._bad(key, "a non-negative integer")
+        return value
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A boolean field."""
+        value = self.data.get(key, default)
+        value = default if value is None else value
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false")
+        return value
+
+    def str(self, key: str, default: str | None = None) -> str:
+        """A string field."""
+        value = self.data.get(key, default)
+        if value is None:
+            raise fail(None, f"{self.source}: missing required config field '{key}'")
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        """A list of non-negative integers (empty when absent)."""
+        value = self.data.get(key) or []
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise self._bad(key, "a list of layer indices")
+        return value
+
+
+# ---- the intermediate model ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Attention:
+    """One model's attention: GQA (optionally windowed) or MLA."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    sinks: bool = False
+    window: int | None = None           # the sliding layers' window, if any
+    mla: dict[str, int | None] | None = None  # q_lora_rank, kv_lora_rank, rope, nope, v
+
+
+@dataclass(frozen=True)
+class Experts:
+    """Routed experts (and a shared expert) of the MoE layers."""
+
+    experts: int
+    top_k: int
+    ffn: int
+    shared_ffn: int = 0
+    router_bias: bool = False
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What distinguishes one decoder layer from another."""
+
+    sliding: bool
+    moe: bool
+
+
+@dataclass
+class Formats:
+    """Model-level dtypes plus per-role overrides (role -> {dtype role: dtype})."""
+
+    weights: str
+    kv: str
+    act: str
+    math: str | None = None
+    overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    scheme: str = ""                                  # for the header comment
+    kept: frozenset[str] = frozenset()                # roles left unquantized
+
+
+@dataclass
+class Arch:
+    """Everything `render` needs, read and checked from a config."""
+
+    name: str
+    title: str
+    source: str
+    family: str
+    architecture: str
+    hidden: int
+    layers: int
+    vocab: int
+    ffn: int | None
+    glu: str
+    mlp_bias: bool
+    tied: bool
+    attention: Attention
+    experts: Experts | None
+    plan: list[Layer]
+    formats: Formats
+
+
+# ---- config -> Arch -------------------------------------------------------------------
+
+def load_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file, or a clear error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise fail(None, f"cannot read '{path}': {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise fail(None, f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise fail(None, f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return data
+
+
+def read_arch(data: Mapping[str, Any], source: str = "config.json",
+              quant: Mapping[str, Any] | None = None, name: str | None = None) -> Arch:
+    """Check a config (and an optional hf_quant_config) and build its Arch."""
+    cfg = Config(data, source)
+    family = _family(cfg)
+    hidden, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
+    plan = _plan(cfg, family, layers)
+    experts = _experts(cfg, family) if any(layer.moe for layer in plan) else None
+    needs_ffn = any(not layer.moe for layer in plan)
+    title = _title(data, source)
+    return Arch(name=identifier(name or title or family), title=title or family, source=source,
+                family=family, architecture=_architecture(data), hidden=hidden,
+                layers=layers, vocab=cfg.int("vocab_size"),
+                ffn=cfg.int("intermediate_size") if needs_ffn else None,
+                glu=_glu(cfg), mlp_bias=cfg.flag("mlp_bias"),
+                tied=cfg.flag("tie_word_embeddings"),  # every family here defaults to untied
+                attention=_attention(cfg, family, hidden), experts=experts, plan=plan,
+                formats=_formats(cfg, quant))
+
+
+def _family(cfg: Config) -> str:
+    family = cfg.str("model_type")
+    if family not in FAMILIES:
+        raise fail(None, f"{cfg.source}: unknown model_type '{family}'",
+                   f"import-hf knows: {', '.join(FAMILIES)}; write the spec by hand")
+    return family
+
+
+def _architecture(data: Mapping[str, Any]) -> str:
+    archs = data.get("architectures")
+    ok = isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)
+    return ", ".join(_safe(a) for a in archs) if ok else ""
+
+
+def _safe(text: Any) -> str:
+    """Config text bound for a comment: word characters and . + - only (no newline can
+    end the comment and start spec text)."""
+    return re.sub(r"[^\w.+-]", "", str(text))[:60]
+
+
+def _title(data: Mapping[str, Any], source: str) -> str:
+    """A display name: the file stem (`org--Model.config.json` -> Model)."""
+    stem = Path(source).name
+    for suffix in (".json", ".config"):
+        stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
+    stem = stem.split("--")[-1]
+    return "" if stem in ("config", "") else _safe(stem)
+
+
+def identifier(text: str) -> str:
+    """A model name the language accepts: lower case, [a-z0-9_], not starting with a digit."""
+    name = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "imported"
+    return f"m_{name}" if name[0].isdigit() else name
+
+
+def _glu(cfg: Config) -> str:
+    act = cfg.str("hidden_act", "silu")
+    if act not in _GLU:
+        raise fail(None, f"{cfg.source}: config field 'hidden_act' is '{act}'",
+                   f"import-hf knows gated MLPs with: {', '.join(_GLU)}")
+    return _GLU[act]
+
+
+def _attention(cfg: Config, family: str, hidden: int) -> Attention:
+    heads = cfg.int("num_attention_heads")
+    if family in _MLA_FAMILIES:
+        return _mla(cfg, heads)
+    head_dim = cfg.int("head_dim", hidden // heads)
+    if hidden % heads and cfg.opt_int("head_dim") is None:
+        raise fail(None, f"{cfg.source}: missing required config field 'head_dim'",
+                   f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    bias = cfg.flag("attention_bias")
+    return Attention(heads=heads, kv_heads=cfg.int("num_key_value_heads", heads),
+                     head_dim=head_dim, qkv_bias=bias or family == "qwen2", o_bias=bias,
+                     qk_norm=family in ("qwen3", "qwen3_moe"), sinks=family == "gpt_oss",
+                     window=_window(cfg, family))
+
+
+def _mla(cfg: Config, heads: int) -> Attention:
+    mla = {"q_lora_rank": cfg.opt_int("q_lora_rank"), "kv_lora_rank": cfg.int("kv_lora_rank"),
+           "rope_dim": cfg.int("qk_rope_head_dim"), "nope_dim": cfg.int("qk_nope_head_dim"),
+           "v_dim": cfg.int("v_head_dim")}
+    return Attention(heads=heads, kv_heads=heads, head_dim=mla["v_dim"] or 0, mla=mla)
+
+
+def _window(cfg: Config, family: str) -> int | None:
+    """The sliding window of the layers that use one (None: every layer sees everything)."""
+    if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.flag("use_sliding_window"):
+        return None
+    return cfg.opt_int("sliding_window")
+
+
+def _layer_types(cfg: Config, family: str, layers: int) -> list[bool]:
+    """Per layer: does it use the sliding window?"""
+    window = _window(cfg, family) if family not in _MLA_FAMILIES else None
+    types = cfg.data.get("layer_types")
+    if types is not None:
+        return _checked_layer_types(cfg, types, layers, window)
+    if window is None:
+        return [False] * layers
+    if family == "gpt_oss":  # transformers' default: sliding, full, sliding, ...
+        return [i % 2 == 0 for i in range(layers)]
+    if family in ("qwen2", "qwen3", "qwen3_moe"):  # windowed from max_window_layers on
+        first = cfg.count("max_window_layers", layers)
+        return [i >= first for i in range(layers)]
+    return [True] * layers
+
+
+def _checked_layer_types(cfg: Config, types: Any, layers: int, window: int | None) -> list[bool]:
+    known = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != layers:
+        raise fail(None, f"{cfg.source}: config field 'layer_types' must list "
+                   f"num_hidden_layers ({layers}) entries")
+    for i, t in enumerate(types):
+        if t not in known:
+            raise fail(None, f"{cfg.source}: config field 'layer_types[{i}]' is "
+                       f"{json.dumps(t)}", f"known layer types: {', '.join(known)}")
+    if window is None and "sliding_attention" in types:
+        raise fail(None, f"{cfg.source}: missing required config field 'sliding_window'",
+                   "layer_types has sliding_attention layers")
+    return [t == "sliding_attention" for t in types]
+
+
+def _moe_layers(cfg: Config, family: str, layers: int) -> list[bool]:
+    """Per layer: is its MLP routed experts?"""
+    if family not in _MOE_FAMILIES:
+        return [False] * layers
+    if family in _MLA_FAMILIES:
+        if cfg.data.get("n_routed_experts") is None:
+            return [False] * layers
+        first, freq = cfg.count("first_k_dense_replace"), cfg.int("moe_layer_freq", 1)
+        return [i >= first and i % freq == 0 for i in range(layers)]
+    if family == "qwen3_moe":
+        dense, step = set(cfg.int_list("mlp_only_layers")), cfg.int("decoder_sparse_step", 1)
+        return [i not in dense and (i + 1) % step == 0 for i in range(layers)]
+    return [True] * layers
+
+
+def _plan(cfg: Config, family: str, layers: int) -> list[Layer]:
+    sliding = _layer_types(cfg, family, layers)
+    moe = _moe_layers(cfg, family, layers)
+    return [Layer(s, m) for s, m in zip(sliding, moe)]
+
+
+def _experts(cfg: Config, family: str) -> Experts:
+    if family in _MLA_FAMILIES:
+        ffn = cfg.int("moe_intermediate_size")
+        return Experts(cfg.int("n_routed_experts"), cfg.int("num_experts_per_tok"), ffn,
+                       shared_ffn=cfg.count("n_shared_experts") * ffn,
+                       router_bias=cfg.data.get("topk_method") == "noaux_tc")
+    if family == "qwen3_moe":
+        return Experts(cfg.int("num_experts"), cfg.int("num_experts_per_tok"),
+                       cfg.int("moe_intermediate_size"))
+    gpt_oss = family == "gpt_oss"
+    return Experts(cfg.int("num_local_experts"), cfg.int("num_experts_per_tok"),
+                   cfg.int("intermediate_size"), router_bias=gpt_oss, bias=gpt_oss)
+
+
+# ---- quantization -> Formats ---------------------------------------------------------
+
+# Roles a module-name pattern may exclude from quantization (first match wins). A bare
+# `.gate` is a router, `gate_proj` is not.
+_ROLE_PATTERNS = tuple((role, re.compile(rx)) for role, rx in (
+    ("lm_head", r"lm_head"), ("embed", r"embed"), ("router", r"router|\.gate(?![_\w])"),
+    ("shared_expert", r"shared_expert"), ("experts", r"experts"), ("attention", r"attn"),
+    ("mlp", r"mlp|feed_forward")))
+_LINEAR_ROLES = ("attention", "mlp", "experts", "shared_expert")
+_KEPT_ROLES = ("embed", "router", "lm_head")  # every scheme here keeps these unquantized
+
+
+def _formats(cfg: Config, quant: Mapping[str, Any] | None) -> Formats:
+    """Number formats: the torch_dtype, changed by whichever quantization config applies."""
+    base = _base_dtype(cfg)
+    qc = cfg.data.get("quantization_config")
+    if quant is not None:
+        return _modelopt(cfg, _section(quant, "quantization", "hf_quant_config.json"), base,
+                         "hf_quant_config.json")
+    if qc is None:
+        return Formats(base, base, base)
+    if not isinstance(qc, dict):
+        raise fail(None, f"{cfg.source}: config field 'quantization_config' must be an object")
+    return _scheme(cfg, qc, base)
+
+
+def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    section = data.get(key)
+    if not isinstance(section, dict):
+        raise fail(None, f"{where}: missing required field '{key}'")
+    return section
+
+
+def _base_dtype(cfg: Config) -> str:
+    name = cfg.str("torch_dtype", "bfloat16")
+    if name not in _TORCH_DTYPES:
+        raise fail(None, f"{cfg.source}: config field 'torch_dtype' is '{name}'",
+                   f"known: {', '.join(_TORCH_DTYPES)}")
+    return _TORCH_DTYPES[name]
+
+
+def _scheme(cfg: Config, qc: Mapping[str, Any], base: str) -> Formats:
+    method = qc.get("quant_method")
+    if method == "fp8":
+        return _fp8_dynamic(cfg, qc, base)
+    if method == "mxfp4":
+        return _mxfp4(cfg, qc, base)
+    if method == "modelopt":
+        return _modelopt(cfg, qc, base, "quantization_config")
+    raise fail(None, f"{cfg.source}: config field 'quantization_config.quant_method' is "
+               f"{json.dumps(method)}", "import-hf reads fp8, mxfp4 and modelopt; "
+               "write the dtypes by hand (weights: int4, bits = 4.25, ...)")
+
+
+def _excluded(patterns: Any, cfg: Config, key: str) -> set[str]:
+    """The roles a list of module-name patterns keeps out of quantization."""
+    if patterns is None:
+        return set()
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise fail(None, f"{cfg.source}: config field '{key}' must be a list of module names")
+    roles = set()
+    for pattern in patterns:
+        role = next((r for r, rx in _ROLE_PATTERNS if rx.search(pattern)), None)
+        if role is not None:
+            roles.add(role)
+    return roles
+
+
+def _fp8_dynamic(cfg: Config, qc: Mapping[str, Any], base: str) -> Formats:
+    """quant_method fp8 (DeepSeek): fp8 weights, activations quantized inside each GEMM,
+    so linears run at flops_fp8; the attention core over the cache stays in `base`."""
+    kept = set(_KEPT_ROLES) | _excluded(qc.get("modules_to_not_convert"), cfg,
+                                         "quantization_config.modules_to_not_convert")
+    overrides = {role: {"weights": base, "math": base} for role in kept}
+    overrides["embed"] = {"weights": base}  # a gather: no math
+    overrides["attention_core"] = {"math": base}
+    scheme = f"fp8 weights ({_safe(qc.get('fmt', 'e4m3'))}) and fp8 GEMMs, {base} KV cache"
+    return Formats("fp8", base, base, "fp8", overrides, scheme, frozenset(kept))
+
+
+def _mxfp4(cfg: Config, qc: Mapping[str, Any], base: str) -> Formats:
+    """quant_method mxfp4 (gpt-oss): mxfp4 weights, math upcast to the activation dtype."""
+    kept = set(_KEPT_ROLES) | _excluded(qc.get("modules_to_not_convert"), cfg,
+                                         "quantization_config.modules_to_not_convert")
+    quantized = [r for r in _LINEAR_ROLES if r not in kept]
+    overrides = {role: {"weights": "mxfp4"} for role in quantized}
+    scheme = f"mxfp4 weights, math and KV cache in {base}"
+    return Formats(base, base, base, None, overrides, scheme, frozenset(kept))
+
+
+def _modelopt(cfg: Config, q: Mapping[str, Any], base: str, where: str) -> Formats:
+    """NVIDIA ModelOpt FP8: fp8 weights and activations (math at flops_fp8), fp8 KV if
+    kv_cache_quant_algo says so; the embedding and excluded modules stay `base`."""
+    algo = q.get("quant_algo")
+    if algo != "FP8":
+        raise fail(None, f"{where}: field 'quant_algo' is {json.dumps(algo)}",
+                   "import-hf reads ModelOpt FP8; write other formats by hand")
+    kv = "fp8" if q.get("kv_cache_quant_algo") == "FP8" else base
+    kept = {"embed", "router"} | _excluded(q.get("exclude_modules"), cfg,
+                                            f"{where}.exclude_modules")
+    overrides = {role: {"weights": base, "act": base} for role in kept}
+    scheme = f"ModelOpt FP8 weights and activations, {kv} KV cache"
+    return Formats("fp8", kv, "fp8", None, overrides, scheme, frozenset(kept))
+
+
+# ---- Arch -> text -----------------------------------------------------------------------
+
+def render(arch: Arch) -> str:
+    """The spec text: header comments, params, dtypes, embedding, layers, LM head."""
+    lines = _header(arch) + [f'model {arch.name} "{arch.title}" {{']
+    lines += _param_lines(arch) + [_dtype_line(arch.formats), ""]
+    lines.append(_op("x = embed(tokens, vocab -> hidden" + _kw(arch, "embed") + ")", 1,
+                     group="embedding"))
+    for count, kinds in _runs(arch):
+        lines += _repeat(arch, count, kinds)
+    head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
+    lines.append(_op(head + _kw(arch, "lm_head") + ")", 1, group="lm_head"))
+    return "\n".join(lines + ["}", ""])
+
+
+def _header(arch: Arch) -> list[str]:
+    att, moe = arch.attention, arch.experts
+    kind = f"{arch.family}" + (f", {arch.architecture}" if arch.architecture else "")
+    lines = [f"Imported by `infest import-hf` from {_safe(Path(arch.source).name)} ({kind}).",
+             _attention_note(att, arch.plan)]
+    if moe is not None:
+        shared = f" plus a shared expert (ffn {moe.shared_ffn})" if moe.shared_ffn else ""
+        lines.append(f"MoE: {moe.experts} routed experts, top-{moe.top_k}, expert ffn "
+                     f"{moe.ffn}{shared}.")
+    lines.append(f"LM head {'tied to' if arch.tied else 'separate from'} the embedding.")
+    lines.append(_formats_note(arch))
+    lines.append("Rope, dropout and scaling factors do not change bytes or FLOPs here.")
+    return [f"# {row}" for text in lines for row in textwrap.wrap(text, 86)]
+
+
+def _formats_note(arch: Arch) -> str:
+    f = arch.formats
+    if not f.scheme:
+        return f"Formats: {f.weights} weights, KV cache and activations."
+    present = ["embed", "attention"] + (["mlp"] if arch.ffn else [])
+    if arch.experts is not None:
+        present += ["router", "experts"] + (["shared_expert"] if arch.experts.shared_ffn else [])
+    kept = [r for r in present + ["lm_head"] if r in f.kept]
+    tail = f"; {', '.join(kept)} kept unquantized" if kept else ""
+    return f"Formats: {f.scheme}{tail}."
+
+
+def _attention_note(att: Attention, plan: list[Layer]) -> str:
+    if att.mla is not None:
+        return (f"Attention: MLA, {att.heads} heads, kv_lora_rank {att.mla['kv_lora_rank']}, "
+                f"rope {att.mla['rope_dim']}, nope {att.mla['nope_dim']}, v {att.mla['v_dim']}.")
+    extras = [w for w, on in (("q/k/v biases", att.qkv_bias and not att.o_bias),
+                              ("q/k/v/o biases", att.o_bias), ("QK-norm", att.qk_norm),
+                              ("a sink logit per head", att.sinks)) if on]
+    sliding = sum(layer.sliding for layer in plan)
+    if sliding:
+        extras.append(f"{sliding} of {len(plan)} layers use a {att.window}-token window")
+    tail = "; " + ", ".join(extras) if extras else ""
+    return f"Attention: GQA, {att.heads} q heads, {att.kv_heads} kv heads, " \
+           f"head_dim {att.head_dim}{tail}."
+
+
+def _param_lines(arch: Arch) -> list[str]:
+    """`name = value` pairs, a line per topic (size, attention, MLP), wrapped if long."""
+    lines = []
+    for pairs in _params(arch):
+        line = ""
+        for name, value in pairs:
+            item = f"{name} = {value}"
+            if line and len(line) + len(item) + 2 > 96:
+                lines.append(line)
+                line = ""
+            line = f"{line}; {item}" if line else f"  {item}"
+        lines.append(line)
+    return lines
+
+
+def _params(arch: Arch) -> list[list[tuple[str, str]]]:
+    """The model's params by topic; values are formatted ints (or `hidden / heads`)."""
+    size = [("hidden", str(arch.hidden)), ("layers", str(arch.layers))]
+    if _dense_prefix(arch) is not None:
+        size.append(("dense_layers", str(_dense_prefix(arch))))
+    mlp = [("ffn", str(arch.ffn))] if arch.ffn is not None else []
+    mlp += _expert_params(arch.experts) + [("vocab", str(arch.vocab))]
+    if any(layer.sliding for layer in arch.plan):
+        mlp.append(("window", str(arch.attention.window)))
+    return [size, _attention_params(arch), mlp]
+
+
+def _attention_params(arch: Arch) -> list[tuple[str, str]]:
+    att = arch.attention
+    if att.mla is not None:
+        return [("heads", str(att.heads))] + [(k, str(v)) for k, v in att.mla.items()
+                                              if v is not None]
+    same = att.head_dim * att.heads == arch.hidden
+    return [("heads", str(att.heads)), ("kv_heads", str(att.kv_heads)),
+            ("head_dim", "hidden / heads" if same else str(att.head_dim))]
+
+
+def _expert_params(moe: Experts | None) -> list[tuple[str, str]]:
+    if moe is None:
+        return []
+    pairs = [("experts", str(moe.experts)), ("top_k", str(moe.top_k)),
+             ("expert_ffn", str(moe.ffn))]
+    return pairs + ([("shared_ffn", str(moe.shared_ffn))] if moe.shared_ffn else [])
+
+
+def _dtype_line(f: Formats) -> str:
+    parts = [f"weights: {f.weights}", f"kv: {f.kv}", f"act: {f.act}"]
+    return "  " + "; ".join(parts + ([f"math: {f.math}"] if f.math else []))
+
+
+def _kw(arch: Arch, role: str) -> str:
+    """`, weights=bf16, math=bf16` when a role's formats differ from the model's."""
+    over = arch.formats.overrides.get(role, {})
+    return "".join(f", {k}={v}" for k, v in over.items())
+
+
+def _op(code: str, depth: int, group: str | None = None, comment: str | None = None,
+        suffix: str = "") -> str:
+    """One op line: the code, then `group g`, a `{` and/or a `# comment` at the column."""
+    parts = [f"group {group}" if group else "", suffix, f"# {comment}" if comment else ""]
+    tail = " ".join(p for p in parts if p)
+    text = "  " * depth + code
+    return f"{text.ljust(_OP_COLUMN - 1)} {tail}" if tail else text
+
+
+# ---- layer runs ---------------------------------------------------------------------------
+
+def _dense_prefix(arch: Arch) -> int | None:
+    """k when the first k layers are dense and the rest MoE (DeepSeek's layout)."""
+    runs = _rle(arch.plan)
+    if len(runs) == 2 and not runs[0][1].moe and runs[1][1].moe \
+            and runs[0][1].sliding == runs[1][1].sliding:
+        return runs[0][0]
+    return None
+
+
+def _rle(plan: list[Layer]) -> list[tuple[int, Layer]]:
+    runs: list[tuple[int, Layer]] = []
+    for layer in plan:
+        if runs and runs[-1][1] == layer:
+            runs[-1] = (runs[-1][0] + 1, layer)
+        else:
+            runs.append((1, layer))
+    return runs
+
+
+def _period(plan: list[Layer]) -> int | None:
+    """The shortest p (2..8) with plan == plan[:p] repeated, if any."""
+    for p in range(2, 9):
+        if len(plan) % p == 0 and plan == plan[:p] * (len(plan) // p):
+            return p
+    return None
+
+
+def _runs(arch: Arch) -> list[tuple[str, list[Layer]]]:
+    """(repeat count text, the layers of one iteration) for each repeat block."""
+    runs = _rle(arch.plan)
+    if len(runs) == 1:
+        return [("layers", [runs[0][1]])]
+    if _dense_prefix(arch) is not None:
+        return [("dense_layers", [runs[0][1]]), ("layers - dense_layers", [runs[1][1]])]
+    period = _period(arch.plan)
+    if period is not None:
+        return [(f"layers / {period}", arch.plan[:period])]
+    return [(str(n), [layer]) for n, layer in runs]
+
+
+def _repeat(arch: Arch, count: str, kinds: list[Layer]) -> list[str]:
+    comment = None
+    if len(kinds) > 1:
+        comment = ", ".join(_kind_name(k, arch) for k in kinds)
+    lines = [_op(f"repeat {count} {{", 1, comment=comment)]
+    for i, kind in enumerate(kinds):
+        lines += [""] if i else []
+        lines += _attention_lines(arch, kind) + _mlp_lines(arch, kind)
+    return lines + ["  }"]
+
+
+def _kind_name(kind: Layer, arch: Arch) -> str:
+    attn = f"sliding ({arch.attention.window})" if kind.sliding else "full"
+    return f"{attn}{' MoE' if kind.moe else ''} layer"
+
+
+def _attention_lines(arch: Arch, kind: Layer) -> list[str]:
+    att = arch.attention
+    lines = [_op("h = rmsnorm(x)", 2, group="norm")]
+    lines += _mla_lines(arch) if att.mla is not None else _gqa_lines(arch, kind)
+    return lines + [_op("x = add(x, o)", 2)]
+
+
+def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
+    att, kw = arch.attention, _kw(arch, "attention")
+    qkv = ", bias=1" if att.qkv_bias else ""
+    lines = [_op(f"q = linear(h, hidden -> heads * head_dim{qkv}{kw})", 2, group="attention"),
+             _op(f"k = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
+             _op(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2)]
+    if att.qk_norm:
+        lines += [_op("q = rmsnorm(q, dim=head_dim)", 2, comment="QK-norm: head_dim weights"),
+                  _op("k = rmsnorm(k, dim=head_dim)", 2)]
+    extra = (", window=window" if kind.sliding else "") + (", sinks=1" if att.sinks else "")
+    lines.append(_op(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
+                     f"{_kw(arch, 'attention_core')})", 2,
+                     comment=None if kind.sliding or att.window is None else "full context"))
+    o_bias = ", bias=1" if att.o_bias else ""
+    return lines + [_op(f"o = linear(a, heads * head_dim -> hidden{o_bias}{kw})", 2)]
+
+
+def _mla_lines(arch: Arch) -> list[str]:
+    kw = _kw(arch, "attention")
+    q_out = "heads * (nope_dim + rope_dim)"
+    if arch.attention.mla and arch.attention.mla["q_lora_rank"] is not None:
+        lines = [_op(f"cq = linear(h, hidden -> q_lora_rank{kw})", 2, group="attention"),
+                 _op("cq = rmsnorm(cq)", 2, comment="q_a_layernorm"),
+                 _op(f"q = linear(cq, q_lora_rank -> {q_out}{kw})", 2)]
+    else:
+        lines = [_op(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention")]
+    return lines + [
+        _op(f"c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2,
+            comment="latent + shared rope key"),
+        _op("c = rmsnorm(c, dim=kv_lora_rank)", 2, comment="kv_a_layernorm (latent part)"),
+        _op("a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim"
+            f"{_kw(arch, 'attention_core')})", 2),
+        _op(f"o = linear(a, heads * v_dim -> hidden{kw})", 2)]
+
+
+def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:
+    lines = [_op("h = rmsnorm(x)", 2, group="norm")]
+    if not kind.moe:
+        bias = ", bias=1" if arch.mlp_bias else ""
+        return lines + _glu_lines(arch, "ffn", bias + _kw(arch, "mlp"), 2, "mlp") + \
+            [_op("x = add(x, d)", 2)]
+    return lines + _moe_lines(arch)
+
+
+def _glu_lines(arch: Arch, width: str, kw: str, depth: int, group: str | None,
+               prefix: str = "", comment: str | None = None) -> list[str]:
+    g, u, d = f"{prefix}g", f"{prefix}u", f"{prefix}d"
+    return [_op(f"{g} = linear(h, hidden -> {width}{kw})", depth, group=group, comment=comment),
+            _op(f"{u} = linear(h, hidden -> {width}{kw})", depth),
+            _op(f"{d} = linear({arch.glu}({g}, {u}), {width} -> hidden{kw})", depth)]
+
+
+def _moe_lines(arch: Arch) -> list[str]:
+    moe = arch.experts
+    assert moe is not None
+    router = "r = router(h, hidden -> experts" + (", bias=1" if moe.router_bias else "")
+    lines = [_op(router + _kw(arch, "router") + ")", 2, group="router"),
+             _op("m = moe(h, experts=experts, top_k=top_k)", 2, group="experts", suffix="{")]
+    lines += [_op(f"{k}: {v}", 3) for k, v in arch.formats.overrides.get("experts", {}).items()]
+    bias = ", bias=1" if moe.bias else ""
+    lines += _glu_lines(arch, "expert_ffn", bias, 3, None, comment="one expert's gated MLP")
+    lines += ["    }", _op("x = add(x, m)", 2)]
+    if moe.shared_ffn:
+        lines += _glu_lines(arch, "shared_ffn", _kw(arch, "shared_expert"), 2,
+                            "shared_expert", prefix="s", comment="every token: always read")
+        lines.append(_op("x = add(x, sd)", 2))
+    return lines
+
+
+# ---- entry point ---------------------------------------------------------------------------
+
+def sibling_quant_config(config_path: Path) -> Path | None:
+    """A ModelOpt hf_quant_config.json that sits next to a config.json, if any."""
+    name = config_path.name
+    candidates = [config_path.with_name("hf_quant_config.json")] if name == "config.json" else []
+    if name.endswith(".config.json"):
+        candidates.append(config_path.with_name(name[: -len(".config.json")] + ".hf_quant_config.json"))
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def import_hf(config_path: Path, quant_path: Path | None = None,
+              name: str | None = None) -> str:
+    """The .arch text for a config.json (and an optional hf_quant_config.json)."""
+    data = load_json(config_path)
+    quant = load_json(quant_path) if quant_path is not None else None
+    arch = read_arch(data, str(config_path), quant, name)
+    return render(arch)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 BATCH_LIMIT = 2**24      # search B in [1, 16M]: past any memory that exists today
 CONTEXT_LIMIT = 2**30    # search N in [1, 1G tokens]
-_X = sympy.Symbol("x", positive=True)  # a real stand-in: B and N are integer symbols,
+X = sympy.Symbol("x", positive=True)  # a real stand-in: B and N are integer symbols,
                                        # and sympy will not return a fractional integer root
 
 
@@ -57,7 +57,7 @@ class _Point:
             sym(i.name): sympy.Rational(i.value.numerator, i.value.denominator)
             for i in self.inputs}
         if free is not None:
-            subs[sym(free)] = _X
+            subs[sym(free)] = X
         return subs
 
     def at(self, name: str, xs: np.ndarray) -> dict[str, Any]:
@@ -148,21 +148,21 @@ def _rising(point: _Point, root: float) -> bool:
 
 def crossings(expr: sympy.Expr, lo: float, hi: float) -> list[float]:
     """Real x in (lo, hi) where expr(x) changes sign: exact if linear, else numeric."""
-    if _X not in expr.free_symbols:
+    if X not in expr.free_symbols:
         return []
     exact = _linear_root(expr)
     if exact is not None:
         return [exact] if lo < exact < hi else []
-    return _numeric_roots(sympy.lambdify(_X, expr, modules="numpy"), lo, hi)
+    return _numeric_roots(sympy.lambdify(X, expr, modules="numpy"), lo, hi)
 
 
 def _linear_root(expr: sympy.Expr) -> float | None:
     """-c0/c1 if expr is c1*x + c0 (the dense-model case); None if not linear."""
     try:
-        poly = sympy.Poly(sympy.expand(expr), _X)
+        poly = sympy.Poly(sympy.expand(expr), X)
     except sympy.PolynomialError:
         return None
-    if poly.degree() != 1 or poly.free_symbols - {_X}:
+    if poly.degree() != 1 or poly.free_symbols - {X}:
         return None
     c1, c0 = poly.all_coeffs()
     return float(-c0 / c1)

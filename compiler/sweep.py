@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 LIST_HINT = "LIST is 1,8,32 or a..b (every integer) or a..b:x2 (geometric); units: 1k..128k:x2"
 MAX_VALUES = 10_000_000      # per axis: a typo like 1..1e12 must fail, not exhaust memory
-MAX_CELLS = 50_000_000       # ~40 arrays of this many float64 cells is already ~16 GB
-_RANGE = re.compile(r"^(?P<a>[^.]+)\.\.(?P<b>[^:]+?)(?::(?P<op>[x+])(?P<step>.+))?$")
+MAX_CELLS = 10_000_000       # the grid holds every B,N-dependent form: ~3 GB at 10^7 cells
+_RANGE = re.compile(r"^(?P<a>[^.]+)\.\.(?P<b>[^:]+?)(?::(?P<op>.?)(?P<step>.*))?$")
 
 
 @dataclass
@@ -66,7 +66,10 @@ def _parse_item(item: str, name: str) -> list[int]:
     if lo > hi:
         raise _list_error(name, item, f"the range runs backwards ({lo} > {hi})")
     if match["op"] is None:
-        return _arithmetic(lo, hi, 1, name, item)
+        return _arithmetic(lo, hi, Fraction(1), name, item)
+    if match["op"] not in ("x", "+"):
+        raise _list_error(name, item, f"unknown step {match['op'] + match['step']!r}; "
+                                      "use :x2 (geometric) or :+8 (arithmetic)")
     step = _step(match["step"], name, item)
     if match["op"] == "+":
         return _arithmetic(lo, hi, step, name, item)
@@ -105,16 +108,17 @@ def _arithmetic(lo: int, hi: int, step: Fraction, name: str, item: str) -> list[
 
 
 def _geometric(lo: int, hi: int, factor: Fraction, name: str, item: str) -> list[int]:
-    """lo, lo*f, lo*f^2, ... <= hi, each rounded to the nearest integer (exact arithmetic)."""
+    """lo, lo*f, lo*f^2, ... <= hi, each rounded to the nearest integer."""
     if factor <= 1:
         raise _list_error(name, item, "a geometric factor must be greater than 1")
-    out, value = [], Fraction(lo)
-    while value <= hi:
-        out.append(math.floor(value + Fraction(1, 2)))
-        value *= factor
-        if len(out) > MAX_VALUES:
-            raise _list_error(name, item, f"more than {MAX_VALUES:,} values")
-    return out
+    count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+    if count > MAX_VALUES:
+        raise _list_error(name, item, f"more than {MAX_VALUES:,} values")
+    if factor.denominator == 1:  # x2, x4, ...: exact integers, the common case
+        return [v for v in (lo * int(factor) ** k for k in range(count + 1)) if v <= hi]
+    # A fractional factor in floats: exact Fractions would grow without bound in size.
+    f = float(factor)
+    return [math.floor(lo * f**k + 0.5) for k in range(count) if lo * f**k <= hi * (1 + 1e-12)]
 
 
 def _list_error(name: str, text: str, why: str):

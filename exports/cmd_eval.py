@@ -20,7 +20,11 @@ def run(args: argparse.Namespace) -> int:
     """Evaluate and print in the chosen format."""
     from infest.exports import report_text
     analysis = make_analysis(args)
-    result = analysis.evaluate(parse_sets(args.set))
+    overrides = parse_sets(args.set)
+    result = analysis.evaluate(overrides)
+    if not args.csv:  # the CSV is the per-op table only
+        from infest.compiler.capacity import capacity
+        result["capacity"] = capacity(analysis, overrides)
     if args.json:
         print(json.dumps(result, indent=2))
     elif args.csv:

@@ -139,6 +139,8 @@ def _table_value(v: Any) -> str:
         return "n/a"
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, float) and 1e3 <= abs(v) < 1e7:
+        return f"{v:.0f}"  # 12110, not 1.211e+04: whole tokens/s read at a glance
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 

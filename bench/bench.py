@@ -1,0 +1,158 @@
+"""Benchmarks: how fast infest compiles, evaluates and sweeps each shipped model.
+
+    python bench/bench.py [--hw h100_sxm] [--repeat 3]
+
+Per spec in specs/models/: parse + elaborate + closed forms, lambdify, one eval, a
+10^6-point sweep in-process (1000 B x 1000 N), the same grid as a plain per-point Python
+loop over the same compiled function (timed on a sample, extrapolated), then whole
+processes: `infest --help`, `infest eval`, a 65,536-point `infest sweep --csv`, and the
+workbook write if infest.exports.xlsx provides write_workbook. Targets: the 10^6-point
+sweep under 1 s, the 65,536-point CSV process under 4 s.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = 1000          # GRID x GRID in-process sweep
+LOOP_SAMPLE = 1000   # points timed one by one, then extrapolated to GRID^2
+
+
+def best(fn: Callable[[], Any], repeat: int) -> float:
+    """Fastest of `repeat` runs, in seconds (the least disturbed by other load)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def cli() -> list[str]:
+    """The installed `infest` script, or the module if the script is not on PATH."""
+    found = shutil.which("infest")
+    return [found] if found else [sys.executable, "-m", "infest.exports.cli"]
+
+
+def process_time(args: list[str], repeat: int) -> float:
+    """Median wall time of a whole `infest` process (output discarded)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(cli() + args, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def compile_times(spec: Path, hw: str) -> tuple[Any, float, float]:
+    """(analysis, parse+forms seconds, lambdify seconds), measured cold in this process."""
+    from infest.compiler.api import analyze
+    t0 = time.perf_counter()
+    analysis = analyze(spec, hw=hw)
+    t1 = time.perf_counter()
+    analysis.compiled([i.name for i in analysis.inputs({})])
+    return analysis, t1 - t0, time.perf_counter() - t1
+
+
+def sweep_times(analysis: Any, repeat: int) -> tuple[float, float]:
+    """(vectorised 10^6-point sweep seconds, per-point loop seconds extrapolated to 10^6)."""
+    import numpy as np
+    from infest.compiler.sweep import sweep
+    axis = list(range(1, GRID + 1))
+    vectorised = best(lambda: sweep(analysis, {}, axis, axis, "tokens_per_s"), repeat)
+    inputs = analysis.inputs({})
+    fn = analysis.compiled([i.name for i in inputs])
+    base = {i.name: float(i.value) for i in inputs}
+    rng = np.random.default_rng(0)
+    sample = rng.integers(1, GRID + 1, size=(LOOP_SAMPLE, 2)).astype(float)
+
+    def loop() -> None:
+        for b, n in sample:  # the baseline: what a sweep without broadcasting costs
+            fn({**base, "B": b, "N": n})["step.tokens_per_s"]
+    per_point = best(loop, 1) / LOOP_SAMPLE
+    return vectorised, per_point * GRID * GRID
+
+
+def workbook_time(analysis: Any) -> float | None:
+    """Seconds to write the live workbook, or None if the exporter is not there yet."""
+    try:
+        from infest.exports.xlsx import write_workbook
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        write_workbook(analysis, Path(tmp) / "bench.xlsx", {})
+        return time.perf_counter() - t0
+
+
+def bench_spec(spec: Path, hw: str, repeat: int) -> list[tuple[str, str]]:
+    """(what, figure) rows for one spec."""
+    analysis, t_parse, t_lambdify = compile_times(spec, hw)
+    t_eval = best(lambda: analysis.evaluate({}), repeat)
+    t_sweep, t_loop = sweep_times(analysis, repeat)
+    t_book = workbook_time(analysis)
+    rel = str(spec.relative_to(ROOT))
+    rows = [
+        ("parse + elaborate + closed forms", f"{t_parse * 1e3:8.1f} ms"),
+        ("lambdify (one numpy function)", f"{t_lambdify * 1e3:8.1f} ms"),
+        ("one eval (in-process)", f"{t_eval * 1e3:8.2f} ms"),
+        (f"sweep {GRID}x{GRID} = 10^6 points", f"{t_sweep:8.3f} s   "
+         f"({GRID * GRID / t_sweep / 1e6:.2f} M points/s; target < 1 s)"),
+        ("same grid, per-point Python loop", f"{t_loop:8.1f} s   (extrapolated from "
+         f"{LOOP_SAMPLE} points; vectorised is {t_loop / t_sweep:,.0f}x faster)"),
+        ("process: infest eval", f"{process_time(['eval', rel, '--hw', hw], repeat):8.3f} s"),
+        ("process: infest sweep --csv, 65,536 points",
+         f"{process_time(['sweep', rel, '--hw', hw, '--B', '1..256', '--N', '1..256', '--csv'], repeat):8.3f} s   (target < 4 s)"),
+        ("workbook write", "skipped (no infest.exports.xlsx.write_workbook)" if t_book is None
+         else f"{t_book:8.3f} s"),
+    ]
+    return rows
+
+
+_TINY = """model tiny "warm-up" {
+  hidden = 64; vocab = 128
+  weights: bf16; kv: bf16; act: bf16
+  x = embed(tokens, vocab -> hidden)
+  logits = linear(x, hidden -> vocab)
+}
+"""
+
+
+def warm_up(hw: str) -> None:
+    """Build the parser and sympy's printers on a tiny model, so no spec pays for them."""
+    from infest.compiler.api import analyze
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tiny.arch"
+        path.write_text(_TINY)
+        analyze(path, hw=hw).evaluate({})
+
+
+def main() -> int:
+    """Run every benchmark and print one block per spec."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hw", default="h100_sxm")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per timing (best/median)")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}; process: infest --help "
+          f"{process_time(['--help'], args.repeat):.3f} s")
+    specs = sorted((ROOT / "specs" / "models").glob("*.arch"))
+    warm_up(args.hw)
+    for spec in specs:
+        rows = bench_spec(spec, args.hw, args.repeat)
+        width = max(len(what) for what, _ in rows)
+        print(f"\n{spec.stem} on {args.hw}")
+        for what, figure in rows:
+            print(f"  {what.ljust(width)}  {figure}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Check a model's AST and build its op graph: one networkx node per op instance kind.
+"""Check a model's AST and build its op graph: one networkx node per op.
 
 Statements run in order; a name bound to an op is a tensor [B*T, width]. `repeat`
 multiplies the count of its body (never unrolls it); `moe` scales its body per routed
@@ -7,9 +7,10 @@ token. Groups and dtypes declared in a block hold for the rest of that block.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import sympy
 
 from infest.dsl import ast
@@ -20,6 +21,9 @@ from infest.compiler.exprs import contains_op_call, to_sympy
 from infest.compiler.ops import COMMON_KWARGS, OPS, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
 from infest.compiler.params import Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, T, sym
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 _MAX_DIM = 2**53
 
@@ -46,15 +50,30 @@ class OpNode:
 
 @dataclass
 class CompiledModel:
-    """A checked model: params, op graph and ops in a deterministic topological order."""
+    """A checked model: params, ops in a deterministic topological order, the op graph.
+
+    Ops are kept in the order they were elaborated: an op can only consume tensors bound
+    before it, so that order is topological, and it equals networkx's lexicographical
+    topological sort keyed by position. The networkx graph itself is built on first use,
+    which keeps networkx's import off the `infest eval` path.
+    """
 
     name: str
     title: str
     file: str
     params: dict[str, Param]
-    graph: nx.DiGraph
     ops: list[OpNode]
     default_dtypes: DTypes
+
+    @cached_property
+    def graph(self) -> "nx.DiGraph":
+        """The op graph: a node per op (attribute `op`), an edge per tensor consumed."""
+        import networkx as nx
+        graph = nx.DiGraph()
+        for op in self.ops:
+            graph.add_node(op.name, op=op)
+            graph.add_edges_from((producer, op.name) for producer in op.inputs)
+        return graph
 
     @property
     def inputs(self) -> dict[sympy.Symbol, sympy.Expr]:
@@ -80,7 +99,7 @@ class _State:
     params: dict[str, Param]
     defaults: dict[sympy.Symbol, sympy.Expr]
     tensors: dict[str, Tensor] = field(default_factory=dict)
-    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    nodes: dict[str, OpNode] = field(default_factory=dict)  # in elaboration order
     later: dict[str, Span] = field(default_factory=dict)  # every op binding, for hints
     poisoned: set[str] = field(default_factory=set)  # bindings that failed: no cascades
     errors: Collector = field(default_factory=Collector)
@@ -101,17 +120,11 @@ def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
 
 
 def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> CompiledModel:
-    order = {n: i for i, n in enumerate(state.graph.nodes)}
-    try:
-        names = list(nx.lexicographical_topological_sort(state.graph, key=order.__getitem__))
-    except nx.NetworkXUnfeasible:
-        raise fail(model.span, "the ops form a cycle") from None
-    if not names:
+    if not state.nodes:
         raise fail(model.name_span, f"model '{model.name}' has no ops",
                    "add ops such as `x = embed(tokens, vocab -> hidden)`")
-    ops = [state.graph.nodes[n]["op"] for n in names]
-    return CompiledModel(model.name, model.title, file, state.params, state.graph, ops,
-                         _dtypes_of(scope, {}))
+    return CompiledModel(model.name, model.title, file, state.params,
+                         list(state.nodes.values()), _dtypes_of(scope, {}))
 
 
 def _collect_bindings(body: tuple, state: _State) -> None:
@@ -354,7 +367,7 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
 
 
 def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tensor:
-    name = _unique(binding, state.graph)
+    name = _unique(binding, state.nodes)
     cost, params, active = _routed(out.cost, out.params, scope)
     if "kernels" in common:
         cost = cost.replace(kernels=common["kernels"])
@@ -362,10 +375,7 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tens
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
                   call.span)
-    state.graph.add_node(name, op=node)
-    for t in tensors:
-        if t.producer:
-            state.graph.add_edge(t.producer, name)
+    state.nodes[name] = node
     return Tensor(out.width, name)
 
 
@@ -379,11 +389,11 @@ def _routed(cost: Cost, params: sympy.Expr, scope: _Scope):
     return scaled, params * experts, params * k
 
 
-def _unique(binding: str, graph: nx.DiGraph) -> str:
-    if binding not in graph:
+def _unique(binding: str, taken: dict[str, OpNode]) -> str:
+    if binding not in taken:
         return binding
     i = 2
-    while f"{binding}#{i}" in graph:
+    while f"{binding}#{i}" in taken:
         i += 1
     return f"{binding}#{i}"
 
@@ -439,7 +449,7 @@ def _shape_error(call, binding, tensors, mm: ShapeMismatch, state) -> SpecError:
     have = _at_defaults(got.width, state)
     want = _at_defaults(mm.expected, state)
     producer = got.producer or "the input"
-    where = state.graph.nodes[got.producer]["op"].span if got.producer else None
+    where = state.nodes[got.producer].span if got.producer else None
     at = f" (defined at {where})" if where else ""
     return fail(call.span, f"shape mismatch between '{producer}' and '{binding}': "
                 f"'{producer}'{at} produces width {have}, but {call.func}() input "

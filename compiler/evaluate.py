@@ -102,7 +102,8 @@ class CompiledForms:
         self.layout = _layout(forms)
         exprs = [e for _, e in self.layout]
         symbols, exprs = _safe_symbols([sym(n) for n in names], exprs)
-        self._fn = sympy.lambdify(symbols, exprs, modules="numpy", dummify=False)
+        self._fn = sympy.lambdify(symbols, exprs, modules=[_numpy_namespace()],
+                                  printer=_numpy_printer(), dummify=False)
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Evaluate at inputs (scalars or broadcastable arrays): key -> value."""
@@ -110,6 +111,22 @@ class CompiledForms:
             args = [np.asarray(values[n], dtype=float) for n in self.names]
             results = self._fn(*args)
         return {key: results[i] for i, (key, _) in enumerate(self.layout)}
+
+
+def _numpy_namespace() -> dict[str, Any]:
+    """numpy's already-loaded names: `modules="numpy"` would run `from numpy import *`,
+    which imports numpy's lazy submodules (f2py, testing, ...) for ~0.2 s per process."""
+    import functools
+    namespace = dict(vars(np))
+    namespace["reduce"] = functools.reduce
+    return namespace
+
+
+def _numpy_printer():
+    """The printer lambdify itself picks for modules="numpy"."""
+    from sympy.printing.numpy import NumPyPrinter
+    return NumPyPrinter({"fully_qualified_modules": False, "inline": True,
+                         "allow_unknown_functions": True, "user_functions": {}})
 
 
 def _safe_symbols(symbols: list[sympy.Symbol], exprs: list[sympy.Expr]):

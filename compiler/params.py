@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-import networkx as nx
+import graphlib
+
 import sympy
 
 from infest.dsl import ast
@@ -63,21 +64,19 @@ def _check_name(stmt: ast.Assign, seen: dict, reserved: set[str], errors: Collec
 
 def _dependency_order(by_name: dict[str, ast.Assign], errors: Collector) -> list[str]:
     """Params sorted so each comes after those it uses; cycles reported."""
-    graph = nx.DiGraph()
-    graph.add_nodes_from(by_name)
-    for name, stmt in by_name.items():
-        for ref in names_in(stmt.value):
-            if ref.id in by_name:
-                graph.add_edge(ref.id, name)
-    position = {n: i for i, n in enumerate(by_name)}
-    for cycle in nx.simple_cycles(graph):
+    uses = {name: [r.id for r in names_in(stmt.value) if r.id in by_name]
+            for name, stmt in by_name.items()}
+    try:  # graphlib, not networkx: this runs on every `infest eval`
+        return list(graphlib.TopologicalSorter(uses).static_order())
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1][:-1]  # [a, b, ..., a] -> [a, b, ...], each using the next
+        position = {n: i for i, n in enumerate(by_name)}
         start = min(range(len(cycle)), key=lambda i: position[cycle[i]])
         cycle = cycle[start:] + cycle[:start]  # begin at the first-written param
-        first = by_name[cycle[0]]
         chain = " -> ".join(cycle + [cycle[0]])
-        errors.add(fail(first.target_span, f"params depend on each other in a cycle: {chain}"))
+        errors.add(fail(by_name[cycle[0]].target_span,
+                        f"params depend on each other in a cycle: {chain}"))
         return []
-    return list(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
 
 
 def _resolve_one(stmt: ast.Assign, params: dict[str, Param]) -> Param:

@@ -1,0 +1,26 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from infest.exports.libreoffice import find_soffice
+
+
+@pytest.fixture(scope="session")
+def soffice() -> str:
+    """Path of LibreOffice's soffice; skip without it, but fail under CI.
+
+    CI must really recalculate workbooks, so a missing LibreOffice there is an
+    error rather than a silently skipped test.
+    """
+    path = find_soffice()
+    if path is not None:
+        return path
+    reason = ("LibreOffice (soffice) not found: install libreoffice-calc "
+              "to run the workbook recalculation tests")
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (required because CI is set)", pytrace=False)
+    pytest.skip(reason)

@@ -63,7 +63,9 @@ PREC_MUL = 70
 PREC_ADD = 60
 PREC_CMP = 50
 
-# sympy function class name -> Excel function with the same meaning.
+# sympy function class name -> Excel function with the same meaning.  (MOD is
+# computed as n-d*INT(n/d) by spreadsheets: Excel gives #NUM! once n/d reaches
+# 2**27 and LibreOffice loses digits, so keep Mod's quotients moderate.)
 _FUNCTIONS = {
     "exp": "EXP",
     "Abs": "ABS",
@@ -267,7 +269,9 @@ class ExcelPrinter(StrPrinter):
     # -- arithmetic ---------------------------------------------------------------
 
     def _print_Add(self, expr: sympy.Add) -> str:
-        terms = self._as_ordered_terms(expr, order=None)
+        # args order (sympy's canonical sort) is deterministic and, unlike
+        # as_ordered_terms, cheap for sums of thousands of terms.
+        terms = list(expr.args)
         parts = [self._print(terms[0])]
         for term in terms[1:]:
             negative, body = self._unsigned(term)
@@ -398,6 +402,35 @@ class ExcelPrinter(StrPrinter):
 
     def _print_Not(self, expr: sympy.Not) -> str:
         return _call("NOT", [self._print(expr.args[0])])
+
+    def _print_ITE(self, expr: sympy.ITE) -> str:
+        return _call("IF", [self._print(arg) for arg in expr.args])
+
+    def _print_Implies(self, expr: sympy.Implies) -> str:
+        premise, conclusion = (self._print(arg) for arg in expr.args)
+        return _call("OR", [_call("NOT", [premise]), conclusion])
+
+    def _print_Nand(self, expr: sympy.Nand) -> str:
+        return _call("NOT", [_call("AND", [self._print(arg) for arg in expr.args])])
+
+    def _print_Nor(self, expr: sympy.Nor) -> str:
+        return _call("NOT", [_call("OR", [self._print(arg) for arg in expr.args])])
+
+    def _print_Xor(self, expr: sympy.Xor) -> str:
+        # Parity as a chain of boolean comparisons: (a<>b)<>c; XOR() needs _xlfn.
+        return self._chain(expr.args, "<>")
+
+    def _print_Equivalent(self, expr: sympy.Equivalent) -> str:
+        texts = [self.parenthesize(arg, PREC_CMP, strict=True) for arg in expr.args]
+        return _call("AND", [f"{a}={b}" for a, b in zip(texts, texts[1:])])
+
+    def _chain(self, args: Iterable[sympy.Basic], op: str) -> str:
+        """Left-nested ``((a op b) op c)`` of boolean comparisons."""
+        texts = [self.parenthesize(arg, PREC_CMP, strict=True) for arg in args]
+        text = texts[0]
+        for other in texts[1:]:
+            text = _Fragment(f"{_wrap(text, PREC_CMP, strict=True)}{op}{other}", PREC_CMP)
+        return text
 
     def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
         # No matching piece is undefined in sympy; #N/A says so in the sheet.
@@ -539,7 +572,8 @@ class _Splitter:
         """Rewrite ``f(a, b, c, ...)`` as ``f(f(a, b), f(c, ...))`` with helper cells."""
         new_args = []
         for group in self._groups(node.args):
-            part = group[0] if len(group) == 1 else node.func(*group)
+            # Unevaluated: re-simplifying hundreds of MAX arguments is quadratic.
+            part = group[0] if len(group) == 1 else node.func(*group, evaluate=False)
             self._hoist(part)
             new_args.append(part)
         self.printer.add_replacement(node, node.func(*new_args, evaluate=False))
@@ -567,7 +601,7 @@ class _Splitter:
             if keep and used + size > SPLIT_CHARS // 2:
                 break
             keep, used = keep + 1, used + size
-        tail = sympy.Piecewise(*node.args[keep:])
+        tail = sympy.Piecewise(*node.args[keep:], evaluate=False)
         self._hoist(tail)
         new = sympy.Piecewise(*node.args[:keep], (tail, True), evaluate=False)
         self.printer.add_replacement(node, new)

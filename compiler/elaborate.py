@@ -224,7 +224,7 @@ def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
     inner_last = _moe_body(call, args, body, scope, state)
     if inner_last is not None:
         tensors = tensors[:1] + [inner_last]
-    dtypes = _dtypes_of(scope, common, state)
+    dtypes = _dtypes_of(scope, common)
     op_in = OpIn(tuple(tensors), dims, args, dtypes, lambda a, b: _equal(a, b, state))
     try:
         out = rule.rule(op_in)
@@ -337,7 +337,7 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
     return _dtype_named(kw.value.id, kw.value.span)
 
 
-def _dtypes_of(scope: _Scope, common: dict, state: _State | None = None) -> DTypes:
+def _dtypes_of(scope: _Scope, common: dict) -> DTypes:
     d = dict(scope.dtypes)
     d.update({r: common[r] for r in ("weights", "kv", "act", "math") if r in common})
     if "bits" in common:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import sympy
 
-from infest.compiler.hardware import CompiledHardware, hw_values
+from infest.compiler.hardware import CompiledHardware
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
 from infest.compiler.symbols import BUILTINS, sym
 from infest.dsl.errors import Diagnostic, SpecError, did_you_mean, fail

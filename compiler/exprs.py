@@ -10,7 +10,7 @@ from typing import Callable
 import sympy
 
 from infest.dsl import ast
-from infest.dsl.errors import SpecError, did_you_mean, fail
+from infest.dsl.errors import did_you_mean, fail
 
 MATH_FUNCS: dict[str, Callable[..., sympy.Expr]] = {
     "min": sympy.Min, "max": sympy.Max, "ceil": sympy.ceiling, "floor": sympy.floor,
@@ -127,5 +127,3 @@ def names_in(node: ast.Expr) -> list[ast.Name]:
         return out
     return []
 
-
-__all__ = ["to_sympy", "contains_op_call", "names_in", "MATH_FUNCS", "SpecError"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-import sympy
-
 from infest.dsl import ast
 from infest.dsl.errors import Collector, Span, SpecError, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
@@ -85,8 +83,3 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if f.value.value <= 0:
         raise fail(f.value.span, f"'{f.name}' must be positive")
     return HwValue(f.value.value, got or want, f.span)
-
-
-def hw_values(hw: CompiledHardware) -> dict[str, sympy.Expr]:
-    """Field name -> exact sympy value."""
-    return {k: sympy.Rational(v.value.numerator, v.value.denominator) for k, v in hw.fields.items()}

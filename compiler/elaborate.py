@@ -20,7 +20,7 @@ from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.exprs import contains_op_call, to_sympy
 from infest.compiler.ops import COMMON_KWARGS, OPS, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
 from infest.compiler.params import Param, defaults_of, resolve_params
-from infest.compiler.symbols import B, BUILTINS, T, sym
+from infest.compiler.symbols import B, BUILTINS, N, T, sym
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -89,6 +89,7 @@ class _Scope:
     dtypes: dict[str, DType]
     count: sympy.Expr
     experts: tuple[sympy.Expr, sympy.Expr] | None = None
+    prefix: str = ""  # op names inside a layer call: "decoder.q"
 
     def child(self, **changes: object) -> "_Scope":
         return replace(self, dtypes=dict(self.dtypes), **changes)
@@ -103,6 +104,9 @@ class _State:
     later: dict[str, Span] = field(default_factory=dict)  # every op binding, for hints
     poisoned: set[str] = field(default_factory=set)  # bindings that failed: no cascades
     errors: Collector = field(default_factory=Collector)
+    layers: dict[str, ast.LayerDef] = field(default_factory=dict)
+    locals: dict[str, sympy.Expr] = field(default_factory=dict)  # a layer's number args
+    calling: list[str] = field(default_factory=list)  # layers being expanded (no recursion)
 
 
 def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
@@ -112,6 +116,7 @@ def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
     params = resolve_params(param_stmts, reserved)
     state = _State(params, defaults_of(params))
     state.tensors["tokens"] = Tensor(sympy.Integer(1), None)
+    state.layers = _collect_layers(model.body, state)
     _collect_bindings(model.body, state)
     scope = _Scope("other", {r: DTYPES["bf16"] for r in ("weights", "kv", "act")}, sympy.Integer(1))
     _run_block(model.body, scope, state, top=True)
@@ -156,7 +161,10 @@ class _Poisoned(Exception):
 
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
-    if isinstance(stmt, ast.GroupStmt):
+    if isinstance(stmt, ast.LayerDef):
+        if not top:
+            raise fail(stmt.span, "layers are defined at the top level of a model")
+    elif isinstance(stmt, ast.GroupStmt):
         scope.group = stmt.name
     elif isinstance(stmt, ast.DtypeDecl):
         scope.dtypes[stmt.role] = _dtype_decl(stmt, state)
@@ -202,11 +210,17 @@ def _dtype_named(name: str, span: Span) -> DType:
 # ---- ops -------------------------------------------------------------------------
 
 def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
+    if isinstance(stmt.value, ast.Call) and stmt.value.func in state.layers:
+        if stmt.body is not None:
+            raise fail(stmt.value.span, "a layer call takes no body")
+        state.tensors[stmt.target] = _call_layer(stmt.value, scope, state)
+        return state.tensors[stmt.target]
     if not isinstance(stmt.value, ast.Call) or stmt.value.func not in OPS:
         where = stmt.value.span
         func = stmt.value.func if isinstance(stmt.value, ast.Call) else None
         if func is not None:
-            hint = did_you_mean(func, OPS) or f"ops: {', '.join(sorted(OPS))}"
+            known = list(OPS) + list(state.layers)
+            hint = did_you_mean(func, known) or f"ops: {', '.join(sorted(OPS))}"
             raise fail(stmt.value.func_span, f"unknown op '{func}'", hint)
         raise fail(where, "an op binding must be a single op call", "e.g. `x = add(x, o)`")
     if stmt.target in state.params:
@@ -254,7 +268,7 @@ def _split_args(call: ast.Call, rule: OpRule, binding: str, scope: _Scope, state
 
 def _is_tensor(node: ast.Expr, state: _State) -> bool:
     if isinstance(node, ast.Call):
-        return node.func in OPS
+        return node.func in OPS or node.func in state.layers
     if isinstance(node, ast.Name):
         return node.id in state.tensors or node.id in state.poisoned or (
             node.id not in state.params and node.id in state.later)
@@ -262,11 +276,16 @@ def _is_tensor(node: ast.Expr, state: _State) -> bool:
 
 
 def _tensor(node: ast.Expr, binding: str, scope: _Scope, state: _State) -> Tensor:
+    if isinstance(node, ast.Call) and node.func in state.layers:
+        return _call_layer(node, scope, state)
     if isinstance(node, ast.Call):
         return _op(node, f"{binding}.{node.func}", scope, state)
     assert isinstance(node, ast.Name)
     if node.id in state.poisoned:
         raise _Poisoned(node.id)
+    if node.id not in state.tensors and state.calling:
+        raise fail(node.span, f"'{node.id}' is not visible inside layer '{state.calling[-1]}'",
+                   "a layer sees only its arguments and `tokens`: pass it in")
     if node.id not in state.tensors:
         raise fail(node.span, f"'{node.id}' is used before it is defined",
                    f"it is bound at {state.later[node.id]}; an op cannot consume a later "
@@ -312,13 +331,22 @@ def _named_args(call, rule, numbers, named, state):
     return args, common
 
 
+_FLAGS = ("bias", "tied", "sinks")  # 0 or 1
+_MAY_BE_ZERO = _FLAGS + ("window",)  # window = 0: full attention
+
+
 def _check_positive_args(call, args, numbers, named, state) -> None:
-    """Op arguments such as heads or window must be positive numbers at the defaults."""
+    """Op arguments such as heads must be positive numbers at the defaults (flags and a
+    window may be 0)."""
     nodes = dict(zip(OPS[call.func].args, (n for n, _ in numbers)))
     nodes.update({k: kw.value for k, (kw, _) in named.items()})
     for name, value in args.items():
-        if name not in ("bias", "tied", "sinks") and not _at_defaults(value, state).subs({B: 1, T: 1}) > 0:
-            raise fail(nodes[name].span, f"{call.func}() argument '{name}' must be positive")
+        at = _at_defaults(value, state).subs({B: 1, T: 1, N: 1})
+        if not at.is_number:
+            continue
+        if at < 0 or (at == 0 and name not in _MAY_BE_ZERO):
+            zero = " (or 0)" if name in _MAY_BE_ZERO else ""
+            raise fail(nodes[name].span, f"{call.func}() argument '{name}' must be positive{zero}")
 
 
 def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
@@ -367,7 +395,7 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
 
 
 def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tensor:
-    name = _unique(binding, state.nodes)
+    name = _unique(scope.prefix + binding, state.nodes)
     cost, params, active = _routed(out.cost, out.params, scope)
     if "kernels" in common:
         cost = cost.replace(kernels=common["kernels"])
@@ -398,6 +426,66 @@ def _unique(binding: str, taken: dict[str, OpNode]) -> str:
     return f"{binding}#{i}"
 
 
+# ---- layers: blocks of ops used like an op ----------------------------------------
+
+def _collect_layers(body: tuple, state: _State) -> dict[str, ast.LayerDef]:
+    """The model's `layer` definitions by name (names must not shadow ops)."""
+    layers: dict[str, ast.LayerDef] = {}
+    for stmt in body:
+        if not isinstance(stmt, ast.LayerDef):
+            continue
+        if stmt.name in OPS or stmt.name in layers or stmt.name in state.params:
+            state.errors.add(fail(stmt.name_span, f"'{stmt.name}' is already defined",
+                                  "a layer needs a name of its own (not an op or param)"))
+        else:
+            layers[stmt.name] = stmt
+    return layers
+
+
+def _call_layer(call: ast.Call, scope: _Scope, state: _State) -> Tensor:
+    """Expand a layer: its body runs with only its arguments (and `tokens`) in scope, so
+    names inside it never clash with the caller's; its last binding is the result."""
+    layer = state.layers[call.func]
+    if call.func in state.calling:
+        raise fail(call.span, f"layer '{call.func}' calls itself", "layers cannot recurse")
+    tensors, numbers = _layer_args(call, layer, scope, state)
+    saved = (state.tensors, state.locals, state.poisoned, len(state.errors.diagnostics))
+    state.tensors = {"tokens": saved[0]["tokens"], **tensors}
+    state.locals, state.poisoned = numbers, set()
+    state.calling.append(call.func)
+    try:
+        last = _run_block(layer.body, scope.child(prefix=f"{scope.prefix}{call.func}."), state)
+    finally:
+        state.tensors, state.locals, state.poisoned = saved[:3]
+        state.calling.pop()
+    if len(state.errors.diagnostics) > saved[3]:
+        raise _Poisoned(call.func)  # the body's own errors say what went wrong
+    if last is None:
+        raise fail(layer.name_span, f"layer '{layer.name}' binds no op")
+    return last
+
+
+def _layer_args(call: ast.Call, layer: ast.LayerDef, scope: _Scope, state: _State):
+    """Match a call's arguments to the layer's parameters: tensors and numbers apart."""
+    given: dict[str, ast.Expr] = {}
+    for i, arg in enumerate(call.args):
+        name = arg.name if isinstance(arg, ast.KwArg) else (
+            layer.params[i] if i < len(layer.params) else None)
+        if isinstance(arg, ast.DimsArg) or name not in layer.params or name in given:
+            raise fail(arg.span, f"layer '{layer.name}' takes ({', '.join(layer.params)})")
+        given[name] = arg.value
+    missing = [p for p in layer.params if p not in given]
+    if missing:
+        raise fail(call.span, f"layer '{layer.name}' is missing its argument '{missing[0]}'")
+    tensors, numbers = {}, {}
+    for name, value in given.items():
+        if _is_tensor(value, state):
+            tensors[name] = _tensor(value, f"{layer.name}.{name}", scope, state)
+        else:
+            numbers[name] = _number(value, state)
+    return tensors, numbers
+
+
 # ---- numbers and shapes ----------------------------------------------------------
 
 def _number(node: ast.Expr, state: _State) -> sympy.Expr:
@@ -405,6 +493,8 @@ def _number(node: ast.Expr, state: _State) -> sympy.Expr:
 
 
 def _lookup(name: ast.Name, state: _State) -> sympy.Expr:
+    if name.id in state.locals:
+        return state.locals[name.id]
     if name.id in state.params:
         return state.params[name.id].expr
     if name.id in BUILTINS:

@@ -151,13 +151,20 @@ def _require(op: OpIn, index: int, expected: sympy.Expr, what: str) -> None:
 def _keys_per_query(op: OpIn) -> sympy.Expr:
     """Keys each new token attends to, averaged: N cached + (T+1)/2 causal, capped by window."""
     keys = N + (T + 1) / sympy.Integer(2)
-    window = op.args.get("window")
+    window = _window(op)
     return keys if window is None else sympy.Min(keys, window)
 
 
 def _cached(op: OpIn, tokens: sympy.Expr) -> sympy.Expr:
-    window = op.args.get("window")
+    window = _window(op)
     return tokens if window is None else sympy.Min(tokens, window)
+
+
+def _window(op: OpIn) -> sympy.Expr | None:
+    """The sliding window, or None for full attention (no window, or `window = 0`, which
+    lets one layer definition serve both kinds of layer)."""
+    window = op.args.get("window")
+    return None if window is None or window == 0 else window
 
 
 def _attention(op: OpIn) -> OpOut:

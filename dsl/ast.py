@@ -127,7 +127,18 @@ class GroupStmt:
     span: Span
 
 
-Stmt = Union[Assign, DtypeDecl, Repeat, GroupStmt]
+@dataclass(frozen=True)
+class LayerDef:
+    """`layer name(a, b) { body }`: a block of ops used like an op, `y = name(x, ...)`."""
+
+    name: str
+    params: tuple[str, ...]
+    body: tuple["Stmt", ...]
+    span: Span
+    name_span: Span
+
+
+Stmt = Union[Assign, DtypeDecl, Repeat, GroupStmt, LayerDef]
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,13 @@ class _ToAst(Transformer):
         return ast.Repeat(count, group, body, self._span(meta))
 
     @v_args(meta=True)
+    def layer_def(self, meta: Any, children: list) -> ast.LayerDef:
+        name, *rest = children
+        params = tuple(str(c) for c in rest if isinstance(c, Token))
+        body = next(c for c in rest if isinstance(c, tuple))
+        return ast.LayerDef(str(name), params, body, self._span(meta), _span_of(name, self.file))
+
+    @v_args(meta=True)
     def group_stmt(self, meta: Any, children: list) -> ast.GroupStmt:
         return ast.GroupStmt(children[0], self._span(meta))
 

@@ -1,6 +1,7 @@
 """Language features on tiny specs whose costs are easy to derive by hand."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,47 @@ def test_several_models_need_a_choice(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="choose one with --model NAME"):
         analyze(path)
     assert analyze(path, model="b").model.name == "b"
+
+
+LAYERED = """d = 8
+  layer block(x, w) {
+    h = rmsnorm(x) group norm
+    a = attention(h, h, h, 1, 1, d, window = w) group attention
+    x = add(x, a)
+  }
+  x = embed(tokens, 10 -> d) group emb
+  repeat 3 {
+    x = block(x, 16)
+    x = block(x, w = 0)
+  }
+  y = rmsnorm(x)"""
+
+
+def test_layers_expand_like_their_bodies(tmp_path: Path) -> None:
+    r = run(tmp_path, LAYERED, B=1, N=100)
+    names = [o["name"] for o in r["ops"]]
+    assert names == ["x", "block.h", "block.a", "block.x", "block.h#2", "block.a#2",
+                     "block.x#2", "y"]
+    per_token = 2 * 1 * 8 * 2                         # K and V, 1 kv head of 8, bf16
+    assert op(r, "block.a")["kv_bytes"] == 16 * per_token + per_token    # window of 16
+    assert op(r, "block.a#2")["kv_bytes"] == 100 * per_token + per_token  # window 0: full
+    assert op(r, "block.a")["count"] == 3
+    # six rmsnorms of 8 in the layers; y's 8 stay in the caller's group (emb)
+    assert r["params"]["groups"] == {"emb": 10 * 8 + 8, "norm": 6 * 8, "attention": 0}
+    assert op(r, "y")["group"] == "emb"
+
+
+@pytest.mark.parametrize("body,message", [
+    ("layer f(x) { y = f(x) }\n x = embed(tokens, 2 -> 2)\n z = f(x)", "layer 'f' calls itself"),
+    ("layer f(x, w) { y = rmsnorm(x) }\n x = embed(tokens, 2 -> 2)\n z = f(x)",
+     "layer 'f' is missing its argument 'w'"),
+    ("layer f(x) { y = rmsnorm(x) }\n x = embed(tokens, 2 -> 2)\n z = f(x, 3)", "layer 'f' takes (x)"),
+    ("layer linear(x) { y = rmsnorm(x) }\n x = embed(tokens, 2 -> 2)", "'linear' is already defined"),
+    ("x = embed(tokens, 2 -> 2)\n repeat 2 { layer f(x) { y = rmsnorm(x) } }",
+     "layers are defined at the top level of a model"),
+    ("layer f(x) { y = rmsnorm(q) }\n q = embed(tokens, 2 -> 2)\n z = f(q)",
+     "'q' is not visible inside layer 'f'"),
+])
+def test_layer_errors(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        run(tmp_path, body)

@@ -103,7 +103,7 @@ class CompiledForms:
         exprs = [e for _, e in self.layout]
         symbols, exprs = _safe_symbols([sym(n) for n in names], exprs)
         self._fn = sympy.lambdify(symbols, exprs, modules=[_numpy_namespace()],
-                                  printer=_numpy_printer(), dummify=False)
+                                  printer=_numpy_printer(), dummify=False, cse=True)
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Evaluate at inputs (scalars or broadcastable arrays): key -> value."""

@@ -13,6 +13,11 @@ Excel's and not Python's:
 * floor and ceiling use INT, which every engine knows (no ``_xlfn.`` prefix);
 * a formula has at most 8,192 characters and 64 nesting levels.
 
+Piecewise becomes nested IF(); when no piece has a True condition the final
+else is NA(), Excel's #N/A for sympy's undefined value.  Sums and products
+print in sympy's canonical argument order (deterministic, and cheap for sums
+of thousands of terms).
+
 Every printed node records the precedence of its outermost operator (see
 ``_Fragment``) so that parenthesising depends on what was actually printed.
 Anything without an exact Excel counterpart raises ``ExcelPrintError``: the
@@ -28,7 +33,9 @@ Integers beyond the double range raise ``ExcelPrintError``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import sympy
 from sympy.core.function import AppliedUndef
@@ -36,6 +43,7 @@ from sympy.printing.str import StrPrinter
 
 __all__ = [
     "ExcelPrintError",
+    "ExcelPrinter",
     "MAX_FORMULA_CHARS",
     "MAX_NESTING",
     "excel_formula",
@@ -84,7 +92,9 @@ _FUNCTIONS = {
 
 _RELATIONS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=", "!=": "<>"}
 
-_ASSOCIATIVE = (sympy.Add, sympy.Mul, sympy.Max, sympy.Min, sympy.And, sympy.Or)
+# Associative operators whose argument lists the splitter may cut into groups.
+_ASSOCIATIVE = {sympy.Add: "+", sympy.Mul: "*", sympy.Max: "MAX", sympy.Min: "MIN",
+                sympy.And: "AND", sympy.Or: "OR"}
 
 
 class ExcelPrintError(ValueError):
@@ -100,6 +110,18 @@ class _Fragment(str):
         obj = super().__new__(cls, text)
         obj.prec = prec
         return obj
+
+
+@dataclass(frozen=True)
+class _Regrouped:
+    """``func(a, b, c, d)`` to be printed as ``func(g1, g2)``, each ``g`` a helper cell.
+
+    Not a sympy node: ``And``/``Or`` flatten nested arguments even when
+    unevaluated, which would undo the grouping.
+    """
+
+    func: type
+    args: tuple
 
 
 def _prec_of(text: str) -> int:
@@ -196,25 +218,37 @@ class ExcelPrinter(StrPrinter):
     def __init__(self, refs: Mapping[sympy.Basic, str]) -> None:
         super().__init__()
         self._refs: dict[sympy.Basic, str] = dict(refs)
-        self._replace: dict[sympy.Basic, sympy.Basic] = {}
+        self._replace: dict[sympy.Basic | _Regrouped, sympy.Basic | _Regrouped] = {}
+        # Text of every node printed so far: repeated subtrees (common in cost
+        # models) and the splitter's repeated measuring print once.
+        self._cache: dict[sympy.Basic, str] = {}
 
     # -- references and restructuring (used by excel_formula_split) ---------
 
     def add_ref(self, expr: sympy.Basic, ref: str) -> None:
         """Print ``expr`` as ``ref`` from now on."""
         self._refs[expr] = ref
+        self._cache.clear()
 
-    def add_replacement(self, expr: sympy.Basic, new: sympy.Basic) -> None:
+    def add_replacement(self, expr: sympy.Basic | _Regrouped,
+                        new: sympy.Basic | _Regrouped) -> None:
         """Print ``new`` (an equal, restructured expression) wherever ``expr`` occurs."""
         self._replace[expr] = new
+        self._cache.clear()
 
-    def lookup(self, expr: sympy.Basic) -> tuple[str | None, sympy.Basic]:
+    def lookup(self, expr: sympy.Basic) -> tuple[str | None, sympy.Basic | _Regrouped]:
         """The reference for ``expr`` if any, and the node that prints for it."""
         while True:
             ref = self._refs.get(expr)
             if ref is not None or expr not in self._replace:
                 return ref, expr
             expr = self._replace[expr]
+
+    def _peek(self, expr: sympy.Basic) -> sympy.Basic | None:
+        """The sympy node printed for ``expr``, or None if it prints opaquely
+        (a helper cell, a regrouped list): its structure must not be inspected."""
+        ref, node = self.lookup(expr)
+        return node if ref is None and isinstance(node, sympy.Basic) else None
 
     def is_leaf(self, expr: sympy.Basic) -> bool:
         """Whether ``expr`` prints as a reference or a literal (nothing to hoist)."""
@@ -224,20 +258,40 @@ class ExcelPrinter(StrPrinter):
     # -- dispatch ---------------------------------------------------------------
 
     def _print(self, expr, **kwargs) -> str:
+        """Print ``expr`` (memoised until the references change)."""
+        expr = _as_basic(expr)
+        text = self._cache.get(expr)
+        if text is None:
+            text = self._cache[expr] = self._print_uncached(expr)
+        return text
+
+    def _print_uncached(self, expr: sympy.Basic) -> str:
         """Print a reference if one is known, else dispatch on this class only."""
-        ref, expr = self.lookup(_as_basic(expr))
+        ref, node = self.lookup(expr)
         if ref is not None:
             return ref
-        for cls in type(expr).__mro__:
+        if isinstance(node, _Regrouped):
+            return self._print_regrouped(node)
+        for cls in type(node).__mro__:
             method = _OWN_METHODS.get("_print_" + cls.__name__)
             if method is not None:
-                return method(self, expr)
+                return method(self, node)
         raise ExcelPrintError(
-            f"cannot print {type(expr).__name__} as an Excel formula: {expr}")
+            f"cannot print {type(node).__name__} as an Excel formula: {node}")
 
     def parenthesize(self, item, level, strict=False) -> str:
         """Print ``item``, parenthesised if it would not bind at ``level``."""
         return _wrap(self._print(item), level, strict)
+
+    def _print_regrouped(self, expr: _Regrouped) -> str:
+        """``g1+g2``, ``MAX(g1,g2)``...: the parts are helper cells or literals."""
+        op = _ASSOCIATIVE[expr.func]
+        texts = [self._print(part) for part in expr.args]
+        if op == "+":
+            return _Fragment("+".join(_wrap(t, PREC_ADD) for t in texts), PREC_ADD)
+        if op == "*":
+            return _Fragment("*".join(_wrap(t, PREC_MUL) for t in texts), PREC_MUL)
+        return _call(op, texts)
 
     # -- atoms --------------------------------------------------------------------
 
@@ -284,9 +338,9 @@ class ExcelPrinter(StrPrinter):
 
     def _unsigned(self, term: sympy.Basic) -> tuple[bool, str]:
         """Split a sum's term into its sign and the text of its magnitude."""
-        ref, node = self.lookup(term)
-        if ref is not None:
-            return False, ref
+        node = self._peek(term)
+        if node is None:
+            return False, self._print(term)
         if node.is_Number and node.is_negative:
             return True, self._print(-node)
         if node.is_Mul:
@@ -301,9 +355,9 @@ class ExcelPrinter(StrPrinter):
         """Sign, numerator texts and denominator texts of a product."""
         negative, numer, denom = False, [], []
         for factor in expr.args:
-            ref, node = self.lookup(factor)
-            if ref is not None:
-                numer.append(ref)
+            node = self._peek(factor)
+            if node is None:
+                numer.append(self._print(factor))
             elif node.is_Number:
                 negative ^= bool(node.is_negative)
                 self._coefficient(abs(node), numer, denom)
@@ -343,8 +397,8 @@ class ExcelPrinter(StrPrinter):
 
     def _pow_text(self, base: sympy.Basic, exp: sympy.Basic) -> str:
         """``base^exp`` with Excel's left-associative ``^`` made explicit."""
-        ref, node = self.lookup(exp)
-        if ref is None and node.is_Number:
+        node = self._peek(exp)
+        if node is not None and node.is_Number:
             if node == sympy.S.Half:
                 return f"SQRT({self._print(base)})"
             if node == 1:
@@ -473,7 +527,8 @@ def excel_formula(expr: sympy.Basic, names: Mapping[sympy.Symbol, str], *,
     ``I``, unknown functions, ...), and, unless ``check_limits`` is false, for
     a formula past Excel's 8,192 characters or 64 nesting levels.
     """
-    text = ExcelPrinter(names).doprint(_as_basic(expr))
+    with _recursion_guard():
+        text = ExcelPrinter(names).doprint(_as_basic(expr))
     return _check_limits(text) if check_limits else text
 
 
@@ -490,8 +545,22 @@ def excel_formula_split(expr: sympy.Basic, names: Mapping[sympy.Symbol, str],
     recursion ends.  ``allocate`` may see equal subexpressions more than once
     across calls; memoise it to share helper cells.
     """
-    printer = ExcelPrinter(names)
-    return _Splitter(printer, allocate).run(_as_basic(expr))
+    with _recursion_guard():
+        return _Splitter(ExcelPrinter(names), allocate).run(_as_basic(expr))
+
+
+@contextmanager
+def _recursion_guard() -> Iterator[None]:
+    """Report trees too deep for Python's recursion limit as ExcelPrintError."""
+    try:
+        yield
+    except RecursionError:
+        raise ExcelPrintError("expression nests too deeply to print") from None
+
+
+def _associative(node: sympy.Basic | _Regrouped) -> bool:
+    """Whether the splitter may cut the node's argument list into groups."""
+    return isinstance(node, _Regrouped) or type(node) in _ASSOCIATIVE
 
 
 def _fits(text: str) -> bool:
@@ -556,7 +625,7 @@ class _Splitter:
         """Shrink a node whose children are each small (or leaves)."""
         if isinstance(node, sympy.Piecewise) and len(node.args) > 2:
             self._peel(node)
-        elif isinstance(node, _ASSOCIATIVE) and len(node.args) > 2 and not by_depth:
+        elif _associative(node) and len(node.args) > 2 and not by_depth:
             self._regroup(node)
         elif kids:
             self._hoist(max(kids, key=lambda kid: self._size(kid, by_depth)))
@@ -568,15 +637,15 @@ class _Splitter:
         if not self.printer.is_leaf(expr):
             self.printer.add_ref(expr, self.allocate(expr))
 
-    def _regroup(self, node: sympy.Basic) -> None:
-        """Rewrite ``f(a, b, c, ...)`` as ``f(f(a, b), f(c, ...))`` with helper cells."""
+    def _regroup(self, node: sympy.Basic | _Regrouped) -> None:
+        """Print ``f(a, b, c, ...)`` as ``f(f(a, b), f(c, ...))`` with helper cells."""
         new_args = []
         for group in self._groups(node.args):
             # Unevaluated: re-simplifying hundreds of MAX arguments is quadratic.
             part = group[0] if len(group) == 1 else node.func(*group, evaluate=False)
             self._hoist(part)
             new_args.append(part)
-        self.printer.add_replacement(node, node.func(*new_args, evaluate=False))
+        self.printer.add_replacement(node, _Regrouped(node.func, tuple(new_args)))
 
     def _groups(self, args: Iterable[sympy.Basic]) -> list[list[sympy.Basic]]:
         """Consecutive runs of arguments whose prints fit half a formula."""

@@ -44,8 +44,12 @@ _RECALC_ALWAYS_XCU = """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry"
            xmlns:xs="http://www.w3.org/2001/XMLSchema"
            xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
-<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>
-<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop></item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load">
+  <prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop>
+</item>
+<item oor:path="/org.openoffice.Office.Calc/Formula/Load">
+  <prop oor:name="ODFRecalcMode" oor:op="fuse"><value>0</value></prop>
+</item>
 </oor:items>
 """
 
@@ -106,13 +110,17 @@ def _convert(src: Path, out_dir: Path, fmt: str, soffice: str | None,
     target.unlink(missing_ok=True)  # a stale copy must not pass for a fresh one
     with tempfile.TemporaryDirectory(prefix="infest-lo-") as profile:
         _write_profile(Path(profile))
-        command = [exe, "--headless", "--norestore", "--nologo", "--nodefault",
-                   f"-env:UserInstallation={Path(profile).as_uri()}",
-                   "--convert-to", fmt, "--outdir", str(out_dir), str(src)]
-        output = _run(command, timeout)
+        output = _run(_command(exe, Path(profile), fmt, src, out_dir), timeout)
     if not target.is_file():
         raise LibreOfficeError(f"LibreOffice wrote no {target}:\n{output}")
     return target
+
+
+def _command(exe: str, profile: Path, fmt: str, src: Path, out_dir: Path) -> list[str]:
+    """The soffice command line for one headless conversion."""
+    return [exe, "--headless", "--norestore", "--nologo", "--nodefault",
+            f"-env:UserInstallation={profile.as_uri()}",
+            "--convert-to", fmt, "--outdir", str(out_dir), str(src)]
 
 
 def _write_profile(profile: Path) -> None:
@@ -126,8 +134,11 @@ def _run(command: list[str], timeout: float) -> str:
     """Run ``command``; return its output, killing its whole process group on timeout."""
     # soffice is a launcher script that starts soffice.bin: a new session lets a
     # timeout kill both instead of leaving an orphaned office behind.
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+    except OSError as error:
+        raise LibreOfficeError(f"cannot start {command[0]}: {error}") from error
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

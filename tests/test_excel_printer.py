@@ -29,7 +29,7 @@ from infest.exports.excel_printer import (
     excel_formula_split,
     nesting_depth,
 )
-from infest.exports.libreoffice import recalculate
+from infest.exports.libreoffice import LibreOfficeError, recalculate, to_pdf
 
 x, y, z = sympy.symbols("x y z", positive=True)
 flag = sympy.Symbol("flag")
@@ -253,6 +253,7 @@ def _tolerant(build):
 
 
 def _extend(kids):
+    """One more layer of operators over ``kids``: every node kind the printer maps."""
     def node(build, *args):
         return st.builds(_tolerant(build), *args)
     return st.one_of(
@@ -371,6 +372,7 @@ class _Book:
         self.pending: list[sympy.Basic] = []
 
     def add_input(self, sym: sympy.Symbol, value: Fraction) -> None:
+        """An input cell on Inputs with the workbook-scoped name ``in_<symbol>``."""
         row = len(self.names) + 2
         self.inputs.cell(row, 1, sym.name)
         self.inputs.cell(row, 2, float(value))
@@ -379,6 +381,7 @@ class _Book:
         self.names[sym] = name
 
     def add_formula(self, label: str, expr: sympy.Basic, formula: str) -> Case:
+        """A labelled formula cell on Calc."""
         row = self.calc.max_row + 1
         self.calc.cell(row, 1, label)
         self.calc.cell(row, 2, "=" + formula)
@@ -427,13 +430,24 @@ def _pitfall_cases() -> list[tuple[str, sympy.Basic, float | str]]:
 
 def _big_expressions() -> dict[str, sympy.Basic]:
     """Expressions too long or too deep for one Excel formula."""
-    wide = sympy.Add(*[sympy.Max(k * x, y + R(k, 7)) / (z + k) for k in range(1, 301)])
+    wide = sympy.Add(*[sympy.Max(k * x, y + R(k, 7), evaluate=False) / (z + k)
+                       for k in range(1, 301)])
     deep = x
-    for k in range(1, 81):
-        deep = sympy.sqrt(deep + k)
+    for k in range(1, 81):  # 80 nested ABS() calls: past Excel's 64 levels
+        # Unevaluated: deciding the sign of each level symbolically is slow.
+        deep = sympy.Abs(sympy.Add(sympy.Mul(deep, y, evaluate=False), -k,
+                                   evaluate=False), evaluate=False)
     pieces = [(k * x + y, x < R(k, 100)) for k in range(1, 121)] + [(z, True)]
     chain = sympy.Piecewise(*pieces) + sympy.Piecewise(*pieces[::-1][1:], (x, True))
-    return {"wide": wide, "deep": deep, "if-chain": chain, "mixed": wide * deep + chain}
+    ks = range(1, 301)
+    # Unevaluated: sympy's simplification of 300 arguments is slow.
+    big_max = sympy.Max(*[k * x - y / k for k in ks], evaluate=False)
+    big_min = sympy.Min(*[x / k + z for k in ks], evaluate=False)
+    big_and = sympy.And(*[sympy.Lt(k * x, y + k**2, evaluate=False) for k in ks],
+                        evaluate=False)
+    max_and = sympy.Piecewise((big_max, big_and), (big_min, True), evaluate=False)
+    return {"wide": wide, "deep": deep, "if-chain": chain, "mixed": wide * deep + chain,
+            "max-and": max_and}
 
 
 @dataclass
@@ -469,6 +483,7 @@ def recalculated(soffice: str, tmp_path_factory) -> Recalculated:
 
 
 def _case(book: _Book, label: str, expr: sympy.Basic, expected, split=False) -> Case:
+    """Print ``expr`` into a new formula cell that must evaluate to ``expected``."""
     if split:
         formula = excel_formula_split(expr, book.names, book.allocate)
     else:
@@ -493,6 +508,7 @@ def _random_cases(book: _Book) -> tuple[list[Case], list[sympy.Basic]]:
 
 
 def _matches(actual: object, expected: float | str) -> bool:
+    """LibreOffice's cell value equals sympy's (relative 1e-9) or the error text."""
     if isinstance(expected, str):
         return actual == expected
     if isinstance(actual, bool) or not isinstance(actual, (int, float)):
@@ -501,6 +517,7 @@ def _matches(actual: object, expected: float | str) -> bool:
 
 
 def _mismatches(cases: list[Case], values: dict[str, object]) -> list[str]:
+    """A readable line per case whose LibreOffice value is wrong."""
     return [f"{case.label}: {case.expr}\n  ={case.formula}\n  LibreOffice "
             f"{values[case.cell]!r}, sympy {case.expected!r}"
             for case in cases if not _matches(values[case.cell], case.expected)]
@@ -532,3 +549,28 @@ def test_split_formulas_fit_and_match_libreoffice(recalculated):
         assert nesting_depth(formula) <= MAX_NESTING
     assert all(case.expected is not None for case in recalculated.split_cases)
     assert _mismatches(recalculated.split_cases, recalculated.values) == []
+
+
+# ---------------------------------------------------------------------------
+# LibreOffice helpers
+# ---------------------------------------------------------------------------
+
+def test_recalculate_reports_bad_input(tmp_path):
+    with pytest.raises(LibreOfficeError, match="no such workbook"):
+        recalculate(tmp_path / "missing.xlsx", tmp_path / "out", soffice="soffice")
+    book = tmp_path / "book.xlsx"
+    openpyxl.Workbook().save(book)
+    with pytest.raises(LibreOfficeError, match="overwrite"):
+        recalculate(book, tmp_path, soffice="soffice")
+    with pytest.raises(LibreOfficeError, match="cannot start"):
+        recalculate(book, tmp_path / "out", soffice=str(tmp_path / "no-soffice"))
+
+
+def test_to_pdf_renders_a_workbook(soffice, tmp_path):
+    book = tmp_path / "book.xlsx"
+    wb = openpyxl.Workbook()
+    wb.active["A1"] = "=1+1"
+    wb.save(book)
+    pdf = to_pdf(book, tmp_path / "out", soffice=soffice)
+    assert pdf == tmp_path / "out" / "book.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")

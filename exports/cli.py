@@ -58,13 +58,20 @@ def _run(module, args: argparse.Namespace, debug: bool) -> int:
     from infest.dsl.errors import SpecError
     try:
         return int(module.run(args) or 0)
-    except SpecError as exc:
-        if debug:
-            raise
-        sys.stderr.write(f"{exc}\n")
-        return 1
     except BrokenPipeError:
         return 0
+    except (SpecError, OSError) as exc:  # bad input, or a file that cannot be read/written
+        if debug:
+            raise
+        message = str(exc) if isinstance(exc, SpecError) else f"error: {_os_error(exc)}"
+        sys.stderr.write(f"{message}\n")
+        return 1
+
+
+def _os_error(exc: OSError) -> str:
+    """`cannot write '/x/y.xlsx': No such file or directory`, without a traceback."""
+    where = f" '{exc.filename}'" if exc.filename else ""
+    return f"cannot access{where}: {exc.strerror or exc}"
 
 
 if __name__ == "__main__":

@@ -124,3 +124,10 @@ def test_help_is_fast_to_import() -> None:
             "print(sorted(m for m in ('sympy', 'networkx', 'numpy', 'lark') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]"
+
+
+def test_unwritable_output_is_an_error_not_a_traceback(capsys, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["compile", LLAMA, "--hw", "h100_sxm", "--xlsx", str(blocker / "x.xlsx")]) == 1
+    assert "error: cannot access" in capsys.readouterr().err

@@ -23,9 +23,8 @@ from infest.dsl.errors import SpecError, did_you_mean, fail
 def load_model(path: str | Path, model: str | None = None,
                program: Program | None = None) -> CompiledModel:
     """Parse and check the model a spec file defines (or the one named)."""
-    path = Path(path)
+    path = resolve_spec(Path(path))
     program = program or load_program(path)
-    path = resolve_spec(path)
     node, file = pick_model(program, model, path)
     return elaborate(node, file, reserved=_hardware_field_names(program))
 

@@ -32,7 +32,7 @@ class Input:
 def input_names(forms: Forms) -> list[str]:
     """Every symbol the forms use, builtins first, then model params, then hardware."""
     free = {s.name for e in forms.all_exprs() for s in e.free_symbols}
-    builtins = [b for b in BUILTINS if b in free or (b != "T" or forms.phase == "decode")]
+    builtins = [b for b in BUILTINS if b != "T" or forms.phase == "decode"]  # prefill: T is N
     model = [p for p, v in forms.model.params.items() if v.is_input and p in free]
     hardware = sorted(free - set(builtins) - set(model))
     return builtins + model + hardware
@@ -99,7 +99,7 @@ class CompiledForms:
 
     def __init__(self, forms: Forms, names: list[str]) -> None:
         self.forms, self.names = forms, names
-        self.layout = _layout(forms)
+        self.layout = form_layout(forms)
         exprs = [e for _, e in self.layout]
         symbols, exprs = _safe_symbols([sym(n) for n in names], exprs)
         self._fn = sympy.lambdify(symbols, exprs, modules=[_numpy_namespace()],
@@ -151,7 +151,7 @@ def _plain_identifier(name: str) -> bool:
             and name not in {"reduce", "select", "numpy", "math", "mpmath", "scipy"})
 
 
-def _layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
+def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
     """(flat key, expr) for every form: params.*, memory.*, step.*, bound.*, ops.i.*."""
     items = [(f"params.{k}", v) for k, v in forms.params.items()]
     items += [(f"groups.{k}", v) for k, v in forms.groups.items()]

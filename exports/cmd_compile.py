@@ -48,7 +48,7 @@ def _write_xlsx(analysis, args: argparse.Namespace, overrides: dict) -> int:
 def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:
     """Flat `section.key` -> expr with hardware values (if any), params and --set applied."""
     import sympy
-    from infest.compiler.evaluate import _layout
+    from infest.compiler.evaluate import form_layout
     from infest.compiler.symbols import sym
     values: dict = {}
     if not keep_params:
@@ -57,7 +57,7 @@ def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:
         values.update({sym(k): v.value for k, v in analysis.hardware.fields.items()})
     values.update({sym(k): v for k, v in overrides.items()})
     exact = {s: sympy.Rational(v.numerator, v.denominator) for s, v in values.items()}
-    return {key: expr.xreplace(exact) for key, expr in _layout(analysis.forms)
+    return {key: expr.xreplace(exact) for key, expr in form_layout(analysis.forms)
             if not key.startswith("ops.")}
 
 

@@ -29,7 +29,7 @@ from infest.compiler.evaluate import input_names
 from infest.compiler.hardware import field_doc
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
 from infest.compiler.symbols import BUILTIN_DOC, sym
-from infest.exports.excel_printer import excel_formula_split
+from infest.exports.excel_printer import excel_formula, excel_formula_split
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -364,14 +364,14 @@ def _grid(b: _Builder, ws, grid: _Grid) -> None:
         _header(ws.cell(grid.top + 1, j, n))
     expr = b.analysis.forms.step[grid.key]
     number_format = "#,##0.0" if grid.key == "tokens_per_s" else "0.000E+00"
-    fits = b.analysis.forms.memory["total_bytes"] - b.analysis.forms.memory["capacity_bytes"]
+    over = b.analysis.forms.memory["total_bytes"] - b.analysis.forms.memory["capacity_bytes"]
     for i, batch in enumerate(SWEEP_B):
         row = grid.top + 2 + i
         _header(ws.cell(row, 1, batch))
         for j in range(2, len(SWEEP_N) + 2):
             _sweep_cell(b, ws, row, j, grid, expr)
             ws.cell(row, j).number_format = number_format
-    _mark_oom(b, ws, grid, fits)
+    _mark_oom(b, ws, grid, over)
 
 
 def _header(cell) -> None:
@@ -406,8 +406,9 @@ def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, expr: sympy.Ba
 def _mark_oom(b: _Builder, ws, grid: _Grid, over: sympy.Basic) -> None:
     """Conditional format: grey where weights + KV exceed the capacity."""
     first_row, col = grid.top + 2, 2
-    rule_text = excel_formula_split(over, _cell_names(b, first_row, col, grid.top + 1),
-                                    b._helper).replace("Sweep!", "")
+    # Not split: a hoisted part would sit in one fixed cell, but the rule is relative.
+    rule_text = excel_formula(over, _cell_names(b, first_row, col, grid.top + 1))
+    rule_text = rule_text.replace("Sweep!", "")
     last = f"{get_column_letter(len(SWEEP_N) + 1)}{first_row + len(SWEEP_B) - 1}"
     ws.conditional_formatting.add(f"B{first_row}:{last}",
                                   FormulaRule(formula=[f"({rule_text})>0"], fill=OOM_FILL))

@@ -14,6 +14,7 @@ import sympy
 
 from infest.compiler.hardware import CompiledHardware
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
+from infest.compiler.terms import TIME_TERMS
 from infest.compiler.symbols import BUILTINS, sym
 from infest.dsl.errors import Diagnostic, SpecError, did_you_mean, fail
 
@@ -173,13 +174,9 @@ def step_bound(values: Mapping[str, Any]) -> Any:
 def op_bound(values: Mapping[str, Any], i: int) -> str:
     """Which term sets an op's time; memory time is named by its largest byte kind."""
     p = f"ops.{i}."
-    terms = [float(values[p + "t_compute_s"]), float(values[p + "t_memory_s"]),
-             float(values[p + "t_launch_s"])]
-    which = int(np.argmax(terms))
-    if which == 0:
-        return "compute"
-    if which == 2:
-        return "launch"
+    term = TIME_TERMS[int(np.argmax([float(values[p + t.key]) for t in TIME_TERMS]))]
+    if term.name != "memory":
+        return term.name
     kinds = {"weights": values[p + "weight_bytes"], "kv": values[p + "kv_bytes"],
              "activations": values[p + "act_bytes"]}
     return max(kinds, key=lambda k: float(kinds[k]))

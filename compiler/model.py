@@ -16,17 +16,16 @@ from infest.compiler.elaborate import CompiledModel, OpNode
 from infest.compiler.functions import Max
 from infest.compiler.ops import L
 from infest.compiler.symbols import B, N, T, sym
+from infest.compiler.terms import BOUND_TERMS, HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
 MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
                "capacity_bytes", "fits", "max_batch", "max_context")
-STEP_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "t_compute_s",
-             "t_memory_s", "t_launch_s", "roofline_s", "time_s", "tokens_per_s", "kernels",
-             "weights_floor_s")
-OP_KEYS = ("count", "flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "kernels",
-           "t_compute_s", "t_memory_s", "t_launch_s", "time_s")
-BOUND_TERMS = ("compute", "weights", "kv", "launch")
+COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes")
+STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "kernels",
+                                     "weights_floor_s")
+OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
 
 
 @dataclass
@@ -66,17 +65,23 @@ def build_forms(model: CompiledModel, phase: str = "decode") -> Forms:
     return _rewrite_prefill(forms) if phase == "prefill" else forms
 
 
+# The per-instance form of each time term (compiler/terms.py lists them).
+TERM_FORMS = {
+    "compute": lambda op: op.cost.flops / peak_symbol(op.peak),
+    "memory": lambda op: op.cost.bytes / MEM_BW,
+    "launch": lambda op: op.cost.kernels * LAUNCH,
+}
+
+
 def _op_forms(op: OpNode) -> dict[str, sympy.Expr]:
     """Per-instance costs and time terms of one op, plus its count."""
     c = op.cost
-    t_compute = c.flops / peak_symbol(op.peak)
-    t_memory = c.bytes / MEM_BW
-    t_launch = c.kernels * LAUNCH
-    return {"count": op.count, "flops": c.flops, "bytes": c.bytes,
-            "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "act_bytes": c.act_bytes,
-            "kernels": c.kernels, "t_compute_s": t_compute, "t_memory_s": t_memory,
-            "t_launch_s": t_launch,
-            "time_s": Max(t_compute, t_memory, t_launch)}
+    forms = {"count": op.count, "flops": c.flops, "bytes": c.bytes,
+             "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "act_bytes": c.act_bytes,
+             "kernels": c.kernels}
+    forms.update({t.key: TERM_FORMS[t.name](op) for t in TIME_TERMS})
+    forms["time_s"] = Max(*(forms[k] for k in TERM_KEYS))
+    return forms
 
 
 def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
@@ -84,10 +89,8 @@ def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
 
 
 def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, sympy.Expr]:
-    step = {k: _total(ops, k) for k in ("flops", "bytes", "weight_bytes", "kv_bytes",
-                                         "act_bytes", "t_compute_s", "t_memory_s",
-                                         "t_launch_s", "time_s", "kernels")}
-    step["roofline_s"] = sympy.Add(*(op["count"] * Max(op["t_compute_s"], op["t_memory_s"])
+    step = {k: _total(ops, k) for k in COST_KEYS + TERM_KEYS + ("time_s", "kernels")}
+    step["roofline_s"] = sympy.Add(*(op["count"] * Max(*(op[k] for k in HARD_KEYS))
                                      for op in ops))
     step["tokens_per_s"] = B * T / step["time_s"]
     step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW
@@ -182,9 +185,11 @@ def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Ex
 
 
 def _bound_terms(step: dict[str, sympy.Expr]) -> dict[str, sympy.Expr]:
-    """The four ceilings whose largest names the binding one."""
-    return {"compute": step["t_compute_s"], "weights": step["weight_bytes"] / MEM_BW,
-            "kv": step["kv_bytes"] / MEM_BW, "launch": step["t_launch_s"]}
+    """The ceilings whose largest names the binding one: each time term's step total,
+    memory time split by what its bytes are (weights or KV cache)."""
+    split = {"weights": step["weight_bytes"] / MEM_BW, "kv": step["kv_bytes"] / MEM_BW}
+    return {label: split[label] if len(t.bounds) > 1 else step[t.key]
+            for t in TIME_TERMS for label in t.bounds}
 
 
 def _rewrite_prefill(forms: Forms) -> Forms:

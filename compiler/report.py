@@ -5,7 +5,7 @@ import math
 from typing import Any, TYPE_CHECKING
 
 from infest.compiler.evaluate import Input, op_bound, step_bound
-from infest.compiler.model import MEMORY_KEYS, STEP_KEYS
+from infest.compiler.model import MEMORY_KEYS, OP_KEYS, STEP_KEYS
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -54,8 +54,7 @@ def _op_json(analysis: "Analysis", i: int, values: dict[str, Any]) -> dict:
     p = f"ops.{i}."
     out = {"name": op.name, "kind": op.kind, "group": op.group,
            "count": _number("count", values[p + "count"])}
-    for key in ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "kernels",
-                "t_compute_s", "t_memory_s", "t_launch_s", "time_s"):
+    for key in OP_KEYS[1:]:
         out[key] = _number(key, values[p + key])
     out["bound"] = op_bound(values, i)
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
+from infest.compiler.terms import TERM_KEYS, TIME_TERMS
 from infest.exports.human import bytes_both, count, duration, pairs, si, table
 
 OP_HEADERS = ["op", "kind", "group", "count", "FLOPs", "bytes", "FLOP/byte", "time", "x count",
@@ -43,7 +44,8 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["max context at this B", str(m["max_context"])],
         ["step FLOPs / bytes", f"{si(s['flops'], 'FLOP')} / {si(s['bytes'], 'B')}"],
         ["  weights / KV / activations", f"{si(s['weight_bytes'], 'B')} / {si(s['kv_bytes'], 'B')} / {si(s['act_bytes'], 'B')}"],
-        ["t_compute / t_memory / t_launch", f"{duration(s['t_compute_s'])} / {duration(s['t_memory_s'])} / {duration(s['t_launch_s'])}"],
+        [" / ".join(f"t_{t.name}" for t in TIME_TERMS),
+         " / ".join(duration(s[t.key]) for t in TIME_TERMS)],
         ["roofline (no launch floor)", duration(s["roofline_s"])],
         ["step time lower bound", duration(s["time_s"])],
         ["check: active weights / mem_bw", duration(s["weights_floor_s"])],
@@ -96,7 +98,7 @@ def markdown(result: dict) -> str:
 
 
 CSV_KEYS = ["name", "kind", "group", "count", "flops", "bytes", "weight_bytes", "kv_bytes",
-            "act_bytes", "kernels", "t_compute_s", "t_memory_s", "t_launch_s", "time_s", "bound"]
+            "act_bytes", "kernels", *TERM_KEYS, "time_s", "bound"]
 
 
 def ops_csv(result: dict) -> str:

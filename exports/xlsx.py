@@ -27,7 +27,8 @@ from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.evaluate import input_names
 from infest.compiler.hardware import field_doc
-from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
+from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.symbols import BUILTIN_DOC, sym
 from infest.exports.excel_printer import excel_formula, excel_formula_split
 
@@ -202,44 +203,57 @@ def _style_header(ws, widths: list[int]) -> None:
 
 # ---- Ops ------------------------------------------------------------------------
 
-OP_COLUMNS = ["count", "flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "kernels",
-              "t_compute_s", "t_memory_s", "t_launch_s"]
+OP_COLUMNS = list(OP_KEYS[:-1])  # per-instance forms; time_s is derived on the sheet
+OP_DERIVED = ["time_s", "roofline_s", "intensity FLOP/byte", "time x count", "bound"]
+_FIRST_COL = 4  # after op, kind, group
+
+
+def _op_letters() -> dict[str, str]:
+    """Column letter of every Ops-sheet column, by key."""
+    keys = OP_COLUMNS + OP_DERIVED
+    return {key: get_column_letter(i) for i, key in enumerate(keys, start=_FIRST_COL)}
 
 
 def _ops_sheet(b: _Builder) -> tuple[int, int]:
     """A row per op; returns the (first, last) data rows for the Summary's sums."""
     ws = b.wb["Ops"]
-    ws.append(["op", "kind", "group"] + OP_COLUMNS +
-              ["time_s", "roofline_s", "intensity FLOP/byte", "time x count", "bound"])
+    ws.append(["op", "kind", "group"] + OP_COLUMNS + OP_DERIVED)
     for row, (node, forms) in enumerate(zip(b.analysis.model.ops, b.analysis.forms.ops), start=2):
         ws.cell(row, 1, node.name)
         ws.cell(row, 2, node.kind)
         ws.cell(row, 3, node.group)
-        for col, key in enumerate(OP_COLUMNS, start=4):
+        for col, key in enumerate(OP_COLUMNS, start=_FIRST_COL):
             _set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
         _op_derived(ws, row)
-    _style_header(ws, widths=[16, 10, 12] + [14] * 15)
+    _style_header(ws, widths=[16, 10, 12] + [14] * (len(OP_COLUMNS) + len(OP_DERIVED)))
     return 2, 1 + len(b.analysis.model.ops)
 
 
 def _op_derived(ws, row: int) -> None:
     """time, roofline, intensity, time x count and bound from the row's own cells."""
-    c = {key: f"{get_column_letter(i)}{row}" for i, key in enumerate(OP_COLUMNS, start=4)}
-    tc, tm, tl = c["t_compute_s"], c["t_memory_s"], c["t_launch_s"]
-    derived = [f"=MAX({tc},{tm},{tl})", f"=MAX({tc},{tm})",
-               f'=IF({c["bytes"]}>0,{c["flops"]}/{c["bytes"]},"")', f"=N{row}*{c['count']}",
-               _op_bound_formula(c)]
-    for col, text in enumerate(derived, start=14):
+    c = {key: f"{letter}{row}" for key, letter in _op_letters().items()}
+    terms = ",".join(c[k] for k in TERM_KEYS)
+    hard = ",".join(c[k] for k in HARD_KEYS)
+    derived = [f"=MAX({terms})", f"=MAX({hard})",
+               f'=IF({c["bytes"]}>0,{c["flops"]}/{c["bytes"]},"")',
+               f"={c['time_s']}*{c['count']}", _op_bound_formula(c)]
+    start = _FIRST_COL + len(OP_COLUMNS)
+    for col, text in enumerate(derived, start=start):
         _set_formula(ws.cell(row, col), text, text[1:])
 
 
 def _op_bound_formula(c: dict[str, str]) -> str:
-    """compute / launch / the largest byte kind, with the evaluator's tie order."""
-    tc, tm, tl = c["t_compute_s"], c["t_memory_s"], c["t_launch_s"]
+    """The largest time term (memory named by its largest byte kind), with the
+    evaluator's tie order: the first of equal terms wins."""
     w, kv, act = c["weight_bytes"], c["kv_bytes"], c["act_bytes"]
     memory = f'IF(AND({w}>={kv},{w}>={act}),"weights",IF({kv}>={act},"kv","activations"))'
-    return (f'=IF(AND({tc}>={tm},{tc}>={tl}),"compute",'
-            f'IF({tm}>={tl},{memory},"launch"))')
+    label = {t.key: (memory if t.name == "memory" else f'"{t.name}"') for t in TIME_TERMS}
+    text = label[TERM_KEYS[-1]]
+    for i in range(len(TERM_KEYS) - 2, -1, -1):
+        key = TERM_KEYS[i]
+        later = ",".join(f"{c[key]}>={c[k]}" for k in TERM_KEYS[i + 1:])
+        text = f"IF(AND({later}),{label[key]},{text})"
+    return "=" + text
 
 
 # ---- Summary --------------------------------------------------------------------
@@ -271,7 +285,7 @@ def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
     row = where[(section, key)]
     b.define(_name_of(section, key), "Summary", f"B{row}")
     first, last = ops_rows
-    column = _OPS_SUM_COLUMNS.get(key) if section == "step" else None
+    column = _op_letters().get(key) if section == "step" and key in _OPS_SUMMED else None
     if column:
         return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
     if section == "step" and key == "tokens_per_s":
@@ -291,9 +305,8 @@ def _name_of(section: str, key: str) -> str:
     return {"memory": "out_", "step": "out_", "params": "params_", "bound": "bound_"}[section] + key
 
 
-_OPS_SUM_COLUMNS = {"flops": "E", "bytes": "F", "weight_bytes": "G", "kv_bytes": "H",
-                    "act_bytes": "I", "kernels": "J", "t_compute_s": "K", "t_memory_s": "L",
-                    "t_launch_s": "M", "time_s": "N", "roofline_s": "O"}
+# Step totals that are sums over the Ops sheet of count x the op's own cell.
+_OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s"}
 
 
 _FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+00",

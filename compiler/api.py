@@ -16,7 +16,10 @@ from infest.compiler.elaborate import CompiledModel, elaborate
 from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
 from infest.compiler.hardware import CompiledHardware, compile_hardware
 from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
+from infest.compiler.collectives import LINK_FIELDS, NET_FIELDS, Links
+from infest.compiler.constraints import check_constraints
 from infest.compiler.model import Forms, build_forms
+from infest.compiler.policy import resolve_policy
 from infest.dsl.errors import SpecError, did_you_mean, fail
 
 
@@ -79,8 +82,14 @@ class Analysis:
         """Evaluate at defaults plus overrides: a dict shaped like `eval --json`."""
         from infest.compiler.report import result_json
         inputs = self.inputs(overrides)
-        values = self.compiled([i.name for i in inputs])({i.name: float(i.value) for i in inputs})
+        point = {i.name: float(i.value) for i in inputs}
+        self.check(point)
+        values = self.compiled([i.name for i in inputs])(point)
         return result_json(self, inputs, values)
+
+    def check(self, point: Mapping[str, Any]) -> None:
+        """Refuse inputs that break the layout's constraints (scalars or arrays)."""
+        check_constraints(self.forms.layout.constraints, list(point), point)
 
 
 def _fraction(name: str, value: Any) -> Fraction:
@@ -92,9 +101,19 @@ def _fraction(name: str, value: Any) -> Fraction:
 
 
 def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode",
-            model: str | None = None) -> Analysis:
-    """Load a spec (and hardware), derive the closed forms for a phase."""
+            model: str | None = None, policy: str | None = None) -> Analysis:
+    """Load a spec (and hardware), derive the closed forms for a phase under a sharding
+    policy (the named one, else `full`, else the first the model declares)."""
     program = load_program(Path(spec))
     compiled = load_model(spec, model, program)
     hardware = load_hardware(hw, program) if hw is not None else None
-    return Analysis(compiled, hardware, build_forms(compiled, phase))
+    forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware))
+    return Analysis(forms.model, hardware, forms)  # the model as one GPU of the layout runs it
+
+
+def links_of(hardware: CompiledHardware | None) -> Links:
+    """Which interconnects the hardware describes (all, when it is left symbolic)."""
+    if hardware is None:
+        return Links()
+    has = set(hardware.fields)
+    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has)

@@ -17,10 +17,11 @@ class Cost:
     act_bytes: sympy.Expr = ZERO
     kv_bytes: sympy.Expr = ZERO
     kernels: sympy.Expr = sympy.Integer(1)
+    comm_bytes: sympy.Expr = ZERO   # a collective's payload per call (over links, not HBM)
 
     @property
     def bytes(self) -> sympy.Expr:
-        """All bytes moved: weights + activations + KV cache."""
+        """All HBM bytes moved: weights + activations + KV cache."""
         return self.weight_bytes + self.act_bytes + self.kv_bytes
 
     def __add__(self, other: "Cost") -> "Cost":

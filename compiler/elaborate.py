@@ -25,6 +25,8 @@ from infest.compiler.symbols import B, BUILTINS, N, T, sym
 if TYPE_CHECKING:
     import networkx as nx
 
+    from infest.compiler.collectives import Collective
+
 _MAX_DIM = 2**53
 
 
@@ -46,6 +48,11 @@ class OpNode:
     dtypes: DTypes
     inputs: tuple[str, ...]
     span: Span
+    args: dict[str, sympy.Expr] = field(default_factory=dict)  # numeric args, d_in, d_out
+    experts: tuple[sympy.Expr, sympy.Expr] | None = None  # (E, top_k) inside a moe body
+    weight_share: sympy.Expr = sympy.Integer(1)  # of its weights one GPU holds (sharded)
+    kv_share: sympy.Expr = sympy.Integer(1)      # of its KV cache one GPU holds
+    comm: "Collective | None" = None             # set on collective ops
 
 
 @dataclass
@@ -64,6 +71,9 @@ class CompiledModel:
     params: dict[str, Param]
     ops: list[OpNode]
     default_dtypes: DTypes
+    policies: dict[str, ast.PolicyDef] = field(default_factory=dict)
+    layers: sympy.Expr = sympy.Integer(1)        # layers a pipeline can split (top-level repeats)
+    stage_width: sympy.Expr | None = None        # width of the residual entering the layers
 
     @cached_property
     def graph(self) -> "nx.DiGraph":
@@ -107,6 +117,10 @@ class _State:
     layers: dict[str, ast.LayerDef] = field(default_factory=dict)
     locals: dict[str, sympy.Expr] = field(default_factory=dict)  # a layer's number args
     calling: list[str] = field(default_factory=list)  # layers being expanded (no recursion)
+    policies: dict[str, ast.PolicyDef] = field(default_factory=dict)
+    layer_counts: list[sympy.Expr] = field(default_factory=list)  # top-level repeat counts
+    last: Tensor | None = None  # the most recent top-level binding
+    stage_width: sympy.Expr | None = None
 
 
 def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
@@ -128,8 +142,12 @@ def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> Compil
     if not state.nodes:
         raise fail(model.name_span, f"model '{model.name}' has no ops",
                    "add ops such as `x = embed(tokens, vocab -> hidden)`")
+    _check_policies(state)
+    state.errors.raise_if_any()
     return CompiledModel(model.name, model.title, file, state.params,
-                         list(state.nodes.values()), _dtypes_of(scope, {}))
+                         list(state.nodes.values()), _dtypes_of(scope, {}), state.policies,
+                         sympy.Add(*state.layer_counts) if state.layer_counts else sympy.Integer(1),
+                         state.stage_width)
 
 
 def _collect_bindings(body: tuple, state: _State) -> None:
@@ -161,15 +179,20 @@ class _Poisoned(Exception):
 
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
-    if isinstance(stmt, ast.LayerDef):
+    if isinstance(stmt, (ast.LayerDef, ast.PolicyDef)):
+        what = "layers" if isinstance(stmt, ast.LayerDef) else "policies"
         if not top:
-            raise fail(stmt.span, "layers are defined at the top level of a model")
+            raise fail(stmt.span, f"{what} are defined at the top level of a model")
+        if isinstance(stmt, ast.PolicyDef):
+            _add_policy(stmt, state)
     elif isinstance(stmt, ast.GroupStmt):
         scope.group = stmt.name
     elif isinstance(stmt, ast.DtypeDecl):
         scope.dtypes[stmt.role] = _dtype_decl(stmt, state)
     elif isinstance(stmt, ast.Repeat):
         count = _positive_int(stmt.count, state, "repeat count")
+        if top:
+            _enter_layers(count, state)
         inner = scope.child(count=scope.count * count, group=stmt.group or scope.group)
         _run_block(stmt.body, inner, state)
     elif stmt.body is None and not contains_op_call(stmt.value):
@@ -179,8 +202,33 @@ def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor
     else:
         if stmt.group:
             scope.group = stmt.group
-        return _bind(stmt, scope, state)
+        tensor = _bind(stmt, scope, state)
+        if top:
+            state.last = tensor
+        return tensor
     return None
+
+
+def _add_policy(stmt: ast.PolicyDef, state: _State) -> None:
+    if stmt.name in state.policies:
+        first = state.policies[stmt.name].name_span
+        raise fail(stmt.name_span, f"policy '{stmt.name}' is defined twice", f"first at {first}")
+    state.policies[stmt.name] = stmt
+
+
+def _check_policies(state: _State) -> None:
+    """Policies name groups; check them once every op (and so every group) is known."""
+    from infest.compiler.policy import policy_errors
+    for err in policy_errors(state.policies.values(), list(state.nodes.values())):
+        state.errors.add(err)
+
+
+def _enter_layers(count: sympy.Expr, state: _State) -> None:
+    """A top-level repeat holds layers a pipeline can split; the residual entering the
+    first one is what pipeline stages hand each other."""
+    state.layer_counts.append(count)
+    if state.stage_width is None and state.last is not None:
+        state.stage_width = state.last.width
 
 
 def _dtype_decl(stmt: ast.DtypeDecl, state: _State) -> DType:
@@ -244,7 +292,9 @@ def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
         out = rule.rule(op_in)
     except ShapeMismatch as mm:
         raise _shape_error(call, binding, tensors, mm, state) from None
-    return _add_node(call, binding, scope, state, tensors, out, dtypes, common)
+    shape = dict(zip(("d_in", "d_out"), dims)) if dims else {}
+    return _add_node(call, binding, scope, state, tensors, out, dtypes, common,
+                     {**args, **shape})
 
 
 def _split_args(call: ast.Call, rule: OpRule, binding: str, scope: _Scope, state: _State):
@@ -367,11 +417,11 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
 
 def _dtypes_of(scope: _Scope, common: dict) -> DTypes:
     d = dict(scope.dtypes)
-    d.update({r: common[r] for r in ("weights", "kv", "act", "math") if r in common})
+    d.update({r: common[r] for r in ROLES if r in common})
     if "bits" in common:
         d["weights"] = common["bits"]
     act = d["act"]
-    return DTypes(d["weights"], d["kv"], act, d.get("math", act))
+    return DTypes(d["weights"], d["kv"], act, d.get("math", act), d.get("residual", act))
 
 
 def _moe_body(call, args, body, scope, state) -> Tensor | None:
@@ -394,7 +444,7 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     return last
 
 
-def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tensor:
+def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -> Tensor:
     name = _unique(scope.prefix + binding, state.nodes)
     cost, params, active = _routed(out.cost, out.params, scope)
     if "kernels" in common:
@@ -402,7 +452,7 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tens
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
-                  call.span)
+                  call.span, args, scope.experts)
     state.nodes[name] = node
     return Tensor(out.width, name)
 

@@ -15,10 +15,11 @@ import sympy
 from infest.compiler.hardware import CompiledHardware
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
 from infest.compiler.terms import TIME_TERMS
-from infest.compiler.symbols import BUILTINS, sym
+from infest.compiler.symbols import BUILTINS, PARALLEL, sym
 from infest.dsl.errors import Diagnostic, SpecError, did_you_mean, fail
 
-DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1)}
+DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
+            **{p: Fraction(1) for p in PARALLEL}}
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,19 @@ class Input:
     """One input symbol: where it comes from and its value for this run."""
 
     name: str
-    kind: str          # "builtin", "model" or "hardware"
+    kind: str          # "builtin", "parallel", "model" or "hardware"
     value: Fraction
 
 
 def input_names(forms: Forms) -> list[str]:
-    """Every symbol the forms use, builtins first, then model params, then hardware."""
+    """Every symbol the forms use: builtins, parallel degrees, model params, hardware."""
     free = {s.name for e in forms.all_exprs() for s in e.free_symbols}
     builtins = [b for b in BUILTINS if b != "T" or forms.phase == "decode"]  # prefill: T is N
-    model = [p for p, v in forms.model.params.items() if v.is_input and p in free]
-    hardware = sorted(free - set(builtins) - set(model))
-    return builtins + model + hardware
+    parallel = [p for p in PARALLEL if p in free]
+    model = [p for p, v in forms.model.params.items()
+             if v.is_input and p in free and p not in parallel]
+    hardware = sorted(free - set(builtins) - set(parallel) - set(model))
+    return builtins + parallel + model + hardware
 
 
 def resolve_inputs(forms: Forms, hw: CompiledHardware | None,
@@ -64,6 +67,7 @@ def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fracti
 def _kinds(forms: Forms) -> dict[str, str]:
     kinds = {b: "builtin" for b in BUILTINS}
     kinds.update({p: "model" for p in forms.model.params})
+    kinds.update({p: "parallel" for p in PARALLEL})
     return kinds
 
 
@@ -159,6 +163,7 @@ def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
     items += [(f"memory.{k}", forms.memory[k]) for k in MEMORY_KEYS]
     items += [(f"step.{k}", forms.step[k]) for k in STEP_KEYS]
     items += [(f"bound.{k}", forms.bound_terms[k]) for k in BOUND_TERMS]
+    items += [(f"parallel.{k}", v) for k, v in forms.parallel.items()]
     for i, op in enumerate(forms.ops):
         items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS]
     return items

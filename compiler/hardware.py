@@ -9,12 +9,20 @@ from infest.dsl.errors import Collector, Span, SpecError, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
 
 # Known fields and the dimension of their unit; others may carry any unit.
-FIELD_DIMENSIONS = {"mem_capacity": BYTES, "mem_bw": BANDWIDTH, "launch_overhead": TIME,
-                    "sms": COUNT}
-FIELD_DOC = {"mem_capacity": ("device memory capacity", "bytes"),
-             "mem_bw": ("device memory (HBM) bandwidth", "bytes/s"),
-             "launch_overhead": ("smallest time any kernel takes", "s"),
-             "sms": ("streaming multiprocessors", "count")}
+FIELD_DOC = {
+    "mem_capacity": ("device memory capacity", BYTES),
+    "mem_bw": ("device memory (HBM) bandwidth", BANDWIDTH),
+    "launch_overhead": ("smallest time any kernel takes", TIME),
+    "sms": ("streaming multiprocessors", COUNT),
+    "link_bw": ("GPU-to-GPU link inside a node, one GPU, one direction", BANDWIDTH),
+    "link_latency": ("time per collective call inside a node", TIME),
+    "gpus_per_node": ("GPUs joined by the link", COUNT),
+    "net_bw": ("network between nodes, one GPU, one direction", BANDWIDTH),
+    "net_latency": ("time per collective call between nodes", TIME),
+    "host_bw": ("GPU-to-host (CPU memory) link, one direction", BANDWIDTH),
+    "host_capacity": ("host (CPU) memory for offload", BYTES),
+}
+FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
 _EXAMPLE = {BYTES: "80 GiB", BANDWIDTH: "3.35 TB/s", TIME: "4 us", FLOPS_RATE: "989 TFLOP/s"}
 
@@ -48,7 +56,7 @@ def field_doc(name: str) -> tuple[str, str]:
     """(description, base unit) of a hardware field."""
     if name.startswith("flops_"):
         return f"peak {name[6:]} math", "FLOP/s"
-    return FIELD_DOC.get(name, (name.replace("_", " "), ""))
+    return FIELD_DOC.get(name, (name.replace("_", " "), ""))  # dimensions are base units
 
 
 def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:

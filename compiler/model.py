@@ -15,17 +15,23 @@ import sympy
 from infest.compiler.elaborate import CompiledModel, OpNode
 from infest.compiler.functions import Max
 from infest.compiler.ops import L
-from infest.compiler.symbols import B, N, T, sym
+from infest.compiler.collectives import Links, call_time
+from infest.compiler.parallel import Layout, shard
+from infest.compiler.policy import Policy
+from infest.compiler.symbols import B, N, PARALLEL, T, sym
 from infest.compiler.terms import BOUND_TERMS, HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
 MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
+               "weights_bytes_per_gpu", "kv_bytes_per_gpu", "total_bytes_per_gpu",
                "capacity_bytes", "fits", "max_batch", "max_context")
-COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes")
+COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes")
 STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "kernels",
-                                     "weights_floor_s")
+                                     "collectives", "weights_floor_s")
 OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
+PARALLEL_KEYS = ("tp", "ep", "pp", "dp", "gpus")
+TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 
 
 @dataclass
@@ -40,12 +46,14 @@ class Forms:
     step: dict[str, sympy.Expr]
     ops: list[dict[str, sympy.Expr]]
     bound_terms: dict[str, sympy.Expr] = field(default_factory=dict)
+    parallel: dict[str, sympy.Expr] = field(default_factory=dict)
+    layout: Layout = field(default_factory=lambda: Layout(None, ()))
 
     def all_exprs(self) -> list[sympy.Expr]:
         """Every form, flattened (for symbol collection and lambdify)."""
         out = list(self.params.values()) + list(self.groups.values())
         out += list(self.memory.values()) + list(self.step.values())
-        out += list(self.bound_terms.values())
+        out += list(self.bound_terms.values()) + list(self.parallel.values())
         return out + [e for op in self.ops for e in op.values()]
 
 
@@ -54,32 +62,38 @@ def peak_symbol(peak: str) -> sympy.Symbol:
     return sym(f"flops_{peak}")
 
 
-def build_forms(model: CompiledModel, phase: str = "decode") -> Forms:
-    """Derive every closed form for a phase ('decode' or 'prefill')."""
+def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | None = None,
+                links: Links = Links()) -> Forms:
+    """Derive every closed form for a phase ('decode' or 'prefill') as one GPU of the
+    layout runs it (tp, ep, pp, dp are inputs; all 1 is one GPU)."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}")
-    ops = [_op_forms(op) for op in model.ops]
+    model, layout = shard(model, policy, links)
+    ops = [_op_forms(op, links) for op in model.ops]
     step = _step(model, ops)
+    parallel = {"tp": TP, "ep": EP, "pp": PP, "dp": DP, "gpus": TP * PP * DP}
     forms = Forms(model, phase, _params(model), _groups(model), _memory(model, phase), step,
-                  ops, _bound_terms(step))
+                  ops, _bound_terms(step), parallel, layout)
     return _rewrite_prefill(forms) if phase == "prefill" else forms
 
 
 # The per-instance form of each time term (compiler/terms.py lists them).
 TERM_FORMS = {
-    "compute": lambda op: op.cost.flops / peak_symbol(op.peak),
-    "memory": lambda op: op.cost.bytes / MEM_BW,
-    "launch": lambda op: op.cost.kernels * LAUNCH,
+    "compute": lambda op, links: op.cost.flops / peak_symbol(op.peak),
+    "memory": lambda op, links: op.cost.bytes / MEM_BW,
+    "launch": lambda op, links: op.cost.kernels * LAUNCH,
+    "comm": lambda op, links: (call_time(op.comm, op.cost.comm_bytes, links)
+                               if op.comm else sympy.Integer(0)),
 }
 
 
-def _op_forms(op: OpNode) -> dict[str, sympy.Expr]:
-    """Per-instance costs and time terms of one op, plus its count."""
+def _op_forms(op: OpNode, links: Links) -> dict[str, sympy.Expr]:
+    """Per-instance costs and time terms of one op (one GPU's share), plus its count."""
     c = op.cost
     forms = {"count": op.count, "flops": c.flops, "bytes": c.bytes,
              "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "act_bytes": c.act_bytes,
-             "kernels": c.kernels}
-    forms.update({t.key: TERM_FORMS[t.name](op) for t in TIME_TERMS})
+             "comm_bytes": c.comm_bytes, "kernels": c.kernels}
+    forms.update({t.key: TERM_FORMS[t.name](op, links) for t in TIME_TERMS})
     forms["time_s"] = Max(*(forms[k] for k in TERM_KEYS))
     return forms
 
@@ -93,14 +107,17 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
     step["roofline_s"] = sympy.Add(*(op["count"] * Max(*(op[k] for k in HARD_KEYS))
                                      for op in ops))
     step["tokens_per_s"] = B * T / step["time_s"]
+    step["collectives"] = sympy.Add(*(op["count"] for op, node in zip(ops, model.ops)
+                                      if node.comm is not None))
     step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW
     return {k: step[k] for k in STEP_KEYS}
 
 
 def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:
-    """Bytes of every weight one token uses, gathers aside: the one-line decode floor."""
+    """Bytes of every weight one token uses on one GPU, gathers aside: the one-line
+    decode floor (every stage of a pipeline runs in turn)."""
     return sympy.Add(*(op.count * op.params_active * _rational(op.dtypes.weights.bytes)
-                       for op in model.ops if op.kind != "embed"))
+                       * op.weight_share for op in model.ops if op.kind != "embed"))
 
 
 def _rational(f) -> sympy.Rational:
@@ -115,32 +132,47 @@ def _params(model: CompiledModel) -> dict[str, sympy.Expr]:
 def _groups(model: CompiledModel) -> dict[str, sympy.Expr]:
     groups: dict[str, sympy.Expr] = {}
     for op in model.ops:
+        if op.comm is not None:
+            continue  # collectives hold no params
         groups[op.group] = groups.get(op.group, sympy.Integer(0)) + op.count * op.params
     return dict(sorted(groups.items()))
 
 
-def _kv_per_sequence(model: CompiledModel) -> sympy.Expr:
-    """KV bytes one sequence holds, as a function of L_ctx (tokens in its cache)."""
-    return sympy.Add(*(op.count * op.kv_cache for op in model.ops))
+def _kv_per_sequence(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
+    """KV bytes one sequence holds, as a function of L_ctx (tokens in its cache); per_gpu:
+    the share one GPU holds (split KV heads, its pipeline stage's layers)."""
+    if not per_gpu:
+        return sympy.Add(*(op.count * op.kv_cache for op in model.ops))
+    return sympy.Add(*(op.count * op.kv_cache * op.kv_share for op in model.ops)) / PP
+
+
+def _weights(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
+    """Bytes of every stored weight; per_gpu: one GPU's shard of its stage's layers
+    (stages assumed balanced: weights / pp)."""
+    total = sympy.Add(*(op.count * op.params * _rational(op.dtypes.weights.bytes)
+                        * (op.weight_share if per_gpu else 1) for op in model.ops))
+    return total / PP if per_gpu else total
 
 
 def _memory(model: CompiledModel, phase: str) -> dict[str, sympy.Expr]:
-    weights = sympy.Add(*(op.count * op.params * _rational(op.dtypes.weights.bytes)
-                          for op in model.ops))
-    per_seq = _kv_per_sequence(model)
+    weights, weights_gpu = _weights(model), _weights(model, per_gpu=True)
+    per_seq, per_seq_gpu = _kv_per_sequence(model), _kv_per_sequence(model, per_gpu=True)
     kv = B * per_seq.xreplace({L: N + T})
-    total = weights + kv
-    room = CAPACITY - weights
+    kv_gpu = B / DP * per_seq_gpu.xreplace({L: N + T})  # each replica: B / dp sequences
+    room = CAPACITY - weights_gpu
     return {"weights_bytes": weights,
             "kv_bytes_per_token": sympy.Add(*(op.count * op.kv_per_token for op in model.ops)),
-            "kv_bytes": kv, "total_bytes": total, "capacity_bytes": CAPACITY,
-            "fits": sympy.Le(total, CAPACITY),
-            "max_batch": _max_batch(room, per_seq.xreplace({L: N + T})),
-            "max_context": _max_context(room, per_seq, phase)}
+            "kv_bytes": kv, "total_bytes": weights + kv,
+            "weights_bytes_per_gpu": weights_gpu, "kv_bytes_per_gpu": kv_gpu,
+            "total_bytes_per_gpu": weights_gpu + kv_gpu, "capacity_bytes": CAPACITY,
+            "fits": sympy.Le(weights_gpu + kv_gpu, CAPACITY),
+            "max_batch": DP * _max_batch(room, per_seq_gpu.xreplace({L: N + T})),
+            "max_context": _max_context(room, per_seq_gpu, phase)}
 
 
 def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
-    """Largest B with weights + B * KV(N+T) <= capacity (0 if the weights alone overflow)."""
+    """Largest batch per replica with weights + b * KV(N+T) <= capacity on each GPU (0 if
+    the weights alone overflow); the global max_batch is dp times this."""
     if per_seq == 0:
         return sympy.Integer(0)
     return Max(0, sympy.floor(room / per_seq))
@@ -154,7 +186,7 @@ def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Exp
     so the largest feasible L is the max over S of the solutions of K_S(L) = room/B.
     """
     linear, windows = _split_windows(per_seq)
-    budget = room / B
+    budget = room / (B / DP)
     candidates = []
     for size in range(len(windows) + 1):
         for full in combinations(windows, size):
@@ -174,7 +206,7 @@ def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Ex
     linear = sympy.Integer(0)
     windows: dict[sympy.Expr, sympy.Expr] = {}
     for term in sympy.Add.make_args(sympy.expand(per_seq)):
-        mins = [f for f in sympy.Mul.make_args(term) if isinstance(f, sympy.Min)]
+        mins = [f for f in sympy.Mul.make_args(term) if isinstance(f, sympy.Min) and L in f.args]
         if mins:
             (m,) = mins
             w = next(a for a in m.args if a != L)
@@ -201,4 +233,5 @@ def _rewrite_prefill(forms: Forms) -> Forms:
 
     memory = {k: (v if k == "max_context" else v.xreplace(swap)) for k, v in forms.memory.items()}
     return Forms(forms.model, "prefill", forms.params, forms.groups, memory, sub(forms.step),
-                 [sub(op) for op in forms.ops], sub(forms.bound_terms))
+                 [sub(op) for op in forms.ops], sub(forms.bound_terms), forms.parallel,
+                 forms.layout)

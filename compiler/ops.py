@@ -35,6 +35,7 @@ class DTypes:
     kv: DType
     act: DType
     math: DType
+    residual: DType  # the residual stream's format: what tensor-parallel reductions move
 
 
 @dataclass(frozen=True)
@@ -255,4 +256,4 @@ OPS: dict[str, OpRule] = {
 }
 OPTIONAL_ARGS = {"window", "sinks", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
                  "params", "width", "kv_per_token"}
-COMMON_KWARGS = ("kernels", "weights", "kv", "act", "math", "bits")
+COMMON_KWARGS = ("kernels", "weights", "kv", "act", "math", "residual", "bits")

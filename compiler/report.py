@@ -5,12 +5,13 @@ import math
 from typing import Any, TYPE_CHECKING
 
 from infest.compiler.evaluate import Input, op_bound, step_bound
-from infest.compiler.model import MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.model import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
 
-_INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active"}
+_INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active",
+             "collectives", *PARALLEL_KEYS}
 
 
 def _number(key: str, value: Any) -> Any:
@@ -39,10 +40,18 @@ def result_json(analysis: "Analysis", inputs: list[Input], values: dict[str, Any
         "params": {"total": _number("total", values["params.total"]),
                    "active": _number("active", values["params.active"]),
                    "groups": {g: _number("total", values[f"groups.{g}"]) for g in forms.groups}},
+        "parallel": {**{k: _number(k, values[f"parallel.{k}"]) for k in PARALLEL_KEYS},
+                     "policy": forms.layout.policy},
         "memory": {k: _number(k, values[f"memory.{k}"]) for k in MEMORY_KEYS},
         "step": step,
-        "ops": [_op_json(analysis, i, values) for i in range(len(forms.ops))],
+        "ops": [_op_json(analysis, i, values) for i in range(len(forms.ops))
+                if _runs(analysis, i, values)],
     }
+
+
+def _runs(analysis: "Analysis", i: int, values: dict[str, Any]) -> bool:
+    """Collectives that this layout does not need (count 0, e.g. tp = 1) are left out."""
+    return analysis.forms.model.ops[i].comm is None or float(values[f"ops.{i}.count"]) > 0
 
 
 def _input_value(i: Input) -> int | float:
@@ -56,5 +65,7 @@ def _op_json(analysis: "Analysis", i: int, values: dict[str, Any]) -> dict:
            "count": _number("count", values[p + "count"])}
     for key in OP_KEYS[1:]:
         out[key] = _number(key, values[p + key])
+    if op.comm is not None:  # a collective's bytes: its payload per call, over links
+        out["bytes"] = out["comm_bytes"]
     out["bound"] = op_bound(values, i)
     return out

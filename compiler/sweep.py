@@ -145,42 +145,77 @@ def _keys(section: str) -> tuple[str, ...]:
     return STEP_KEYS if section == "step" else MEMORY_KEYS
 
 
-def grid_values(analysis: "Analysis", overrides: Mapping[str, Any],
-                Bs: list[int], Ns: list[int]) -> tuple[list[Input], dict[str, Any]]:
-    """Every flat form on the grid (B a column, N a row) and the inputs used, in one call."""
-    _check_grid(overrides, Bs, Ns)
-    inputs = analysis.inputs({**overrides, "B": Bs[0], "N": Ns[0]})
+def grid_values(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+                Ns: list[int], over: tuple[str, list[int]] | None = None
+                ) -> tuple[list[Input], dict[str, Any]]:
+    """Every flat form on the grid (B a column, N a row; with `over`, one B x N grid per
+    value of another input along a leading axis) and the inputs used, in one call."""
+    _check_grid(overrides, Bs, Ns, over)
+    first = {over[0]: over[1][0]} if over else {}
+    inputs = analysis.inputs({**overrides, "B": Bs[0], "N": Ns[0], **first})
     point = {i.name: float(i.value) for i in inputs}
     # Same float conversion as Analysis.evaluate, so a cell equals `infest eval` there.
-    point["B"] = np.asarray(Bs, dtype=float)[:, None]
-    point["N"] = np.asarray(Ns, dtype=float)[None, :]
+    lead = (None,) if over else ()
+    point["B"] = np.asarray(Bs, dtype=float)[(*lead, slice(None), None)]
+    point["N"] = np.asarray(Ns, dtype=float)[(*lead, None, slice(None))]
+    if over:
+        point[over[0]] = np.asarray(over[1], dtype=float)[:, None, None]
+    analysis.check(point)
     values = analysis.compiled([i.name for i in inputs])(point)
     return [i for i in inputs if i.name not in ("B", "N")], values
 
 
-def _check_grid(overrides: Mapping[str, Any], Bs: list[int], Ns: list[int]) -> None:
-    for name in ("B", "N"):
+def _check_grid(overrides: Mapping[str, Any], Bs: list[int], Ns: list[int],
+                over: tuple[str, list[int]] | None) -> None:
+    for name in ("B", "N") + ((over[0],) if over else ()):
         if name in overrides:
-            raise fail(None, f"--set {name} conflicts with the swept --{name}",
-                       f"drop --set {name}; give the values in --{name} LIST")
+            raise fail(None, f"--set {name} conflicts with the swept {name}",
+                       f"drop --set {name}; give its values as a LIST")
+    if over and over[0] in ("B", "N"):
+        raise fail(None, f"--over {over[0]}: sweep it with --{over[0]}")
     if not Bs or not Ns:
         raise fail(None, "a sweep needs at least one B and one N", LIST_HINT)
-    if len(Bs) * len(Ns) > MAX_CELLS:
-        raise fail(None, f"{len(Bs):,} x {len(Ns):,} points is more than {MAX_CELLS:,}",
+    cells = len(Bs) * len(Ns) * (len(over[1]) if over else 1)
+    if cells > MAX_CELLS:
+        raise fail(None, f"{cells:,} points is more than {MAX_CELLS:,}",
                    "use a geometric range (a..b:x2) or a coarser step (a..b:+64)")
+
+
+def parse_over(text: str) -> tuple[str, list[int]]:
+    """`--over tp=1,2,4,8` -> ("tp", [1, 2, 4, 8]): any whole-numbered input as an axis."""
+    name, sep, values = text.partition("=")
+    if not sep or not name.strip().isidentifier():
+        raise fail(None, f"--over {text!r}: expected NAME=LIST", "e.g. --over tp=1,2,4,8")
+    return name.strip(), parse_list(values, name.strip())
 
 
 def sweep(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
           Ns: list[int], metric: str = "tokens_per_s") -> Sweep:
     """Evaluate one metric (a step or memory key, or `bound`) on the B x N grid."""
+    return sweep_over(analysis, overrides, Bs, Ns, metric)[0]
+
+
+def sweep_over(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+               Ns: list[int], metric: str = "tokens_per_s",
+               over: tuple[str, list[int]] | None = None) -> list[Sweep]:
+    """One B x N Sweep per value of `over` (a single one without it), in one call."""
     key = resolve_metric(metric)
-    inputs, values = grid_values(analysis, overrides, Bs, Ns)
-    shape = (len(Bs), len(Ns))
-    cells = step_bound(values) if key == "bound" else values[key]
-    return Sweep(key, np.asarray(Bs), np.asarray(Ns), _full(cells, shape),
-                 _full(values["memory.fits"], shape).astype(bool), inputs)
+    inputs, values = grid_values(analysis, overrides, Bs, Ns, over)
+    shape = (len(over[1]) if over else 1, len(Bs), len(Ns))
+    cells = _full(step_bound(values) if key == "bound" else values[key], shape)
+    fits = _full(values["memory.fits"], shape).astype(bool)
+    return [Sweep(key, np.asarray(Bs), np.asarray(Ns), cells[k], fits[k],
+                  _with(inputs, over, k)) for k in range(shape[0])]
 
 
-def _full(array: Any, shape: tuple[int, int]) -> np.ndarray:
+def _with(inputs: list[Input], over: tuple[str, list[int]] | None, k: int) -> list[Input]:
+    """The fixed inputs of the k-th grid: the `over` input at its k-th value."""
+    if over is None:
+        return inputs
+    name, values = over
+    return [Input(i.name, i.kind, Fraction(values[k])) if i.name == name else i for i in inputs]
+
+
+def _full(array: Any, shape: tuple[int, ...]) -> np.ndarray:
     """A form that ignores B or N comes back smaller; spread it over the grid."""
     return np.broadcast_to(np.asarray(array), shape)

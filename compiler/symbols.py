@@ -1,7 +1,8 @@
 """One canonical sympy Symbol per name, so every stage builds the same expressions.
 
-B (batch), N (cached context tokens) and T (new tokens per sequence) are positive
-integers; model params and hardware quantities are positive reals.
+B (batch), N (cached context tokens), T (new tokens per sequence) and the parallel
+degrees tp, ep, pp, dp are positive integers; model params and hardware quantities are
+positive reals.
 """
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ from functools import lru_cache
 import sympy
 
 BUILTINS = ("B", "N", "T")
+# Parallel degrees: positive integers, default 1, set like any input (--set tp=8).
+PARALLEL = ("tp", "ep", "pp", "dp")
+PARALLEL_DOC = {
+    "tp": "tensor-parallel GPUs (heads, columns, rows, vocab split)",
+    "ep": "expert-parallel GPUs (routed experts spread)",
+    "pp": "pipeline stages (layers split in order)",
+    "dp": "data-parallel replicas (each serves B / dp sequences)",
+}
 BUILTIN_DOC = {
     "B": "sequences in the batch",
     "N": "context: tokens already in each sequence's KV cache",
@@ -20,7 +29,7 @@ BUILTIN_DOC = {
 @lru_cache(maxsize=None)
 def sym(name: str) -> sympy.Symbol:
     """The Symbol for `name` (B, N, T are positive integers; the rest positive)."""
-    if name in BUILTINS:
+    if name in BUILTINS or name in PARALLEL:
         return sympy.Symbol(name, positive=True, integer=True)
     return sympy.Symbol(name, positive=True)
 

@@ -32,6 +32,8 @@ TIME_TERMS = (
     TimeTerm("memory", True, ("weights", "kv"), "HBM bytes / mem_bw"),
     TimeTerm("launch", False, ("launch",),
              "kernel launches x launch_overhead (an assumption about the engine)"),
+    TimeTerm("comm", True, ("comm",),
+             "collective calls: latency + bus factor x payload / link bandwidth"),
 )
 TERM_KEYS = tuple(t.key for t in TIME_TERMS)
 HARD_KEYS = tuple(t.key for t in TIME_TERMS if t.hard)

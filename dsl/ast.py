@@ -138,7 +138,27 @@ class LayerDef:
     name_span: Span
 
 
-Stmt = Union[Assign, DtypeDecl, Repeat, GroupStmt, LayerDef]
+@dataclass(frozen=True)
+class Split:
+    """`split g1, g2 over tp [by all_to_all]`: ops of these groups are sharded over an axis."""
+
+    groups: tuple[str, ...]
+    axis: str
+    by: str | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class PolicyDef:
+    """`policy name { split ... }`: a named way to spread the model over several GPUs."""
+
+    name: str
+    splits: tuple[Split, ...]
+    span: Span
+    name_span: Span
+
+
+Stmt = Union[Assign, DtypeDecl, Repeat, GroupStmt, LayerDef, PolicyDef]
 
 
 @dataclass(frozen=True)

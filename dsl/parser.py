@@ -110,6 +110,21 @@ class _ToAst(Transformer):
         return ast.LayerDef(str(name), params, body, self._span(meta), _span_of(name, self.file))
 
     @v_args(meta=True)
+    def policy_def(self, meta: Any, children: list) -> ast.PolicyDef:
+        name, *splits = children
+        return ast.PolicyDef(str(name), tuple(s for s in splits if isinstance(s, ast.Split)),
+                             self._span(meta), _span_of(name, self.file))
+
+    @v_args(meta=True)
+    def split(self, meta: Any, children: list) -> ast.Split:
+        by = next((str(c) for c in children if isinstance(c, _ByName)), None)
+        names = [str(c) for c in children if not isinstance(c, _ByName)]
+        return ast.Split(tuple(names[:-1]), names[-1], by, self._span(meta))
+
+    def split_by(self, children: list) -> str:
+        return _ByName(children[0])
+
+    @v_args(meta=True)
     def group_stmt(self, meta: Any, children: list) -> ast.GroupStmt:
         return ast.GroupStmt(children[0], self._span(meta))
 
@@ -159,6 +174,10 @@ class _ToAst(Transformer):
 
 class _GroupName(str):
     """A group label (a str subclass so `assign` can tell it from the target name)."""
+
+
+class _ByName(str):
+    """The collective named by `split ... by NAME` (told apart from the group names)."""
 
 
 def _header(children: list) -> tuple[Token, str | None, list]:

@@ -15,7 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write a workbook of live formulas (default MODEL_HW.xlsx)")
     p.add_argument("--json", action="store_true", help="forms as JSON strings")
     p.add_argument("--symbolic", action="store_true",
-                   help="keep model params (hidden, layers, ...) as symbols")
+                   help="keep model params (hidden, layers, ...) and the layout (tp, ep, pp, "
+                        "dp) as symbols")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,8 +51,11 @@ def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:
     import sympy
     from infest.compiler.evaluate import form_layout
     from infest.compiler.symbols import sym
+    from infest.compiler.evaluate import DEFAULTS
+    from infest.compiler.symbols import PARALLEL
     values: dict = {}
-    if not keep_params:
+    if not keep_params:  # the layout too: one GPU unless --set tp=8 (--symbolic keeps it)
+        values.update({sym(p): DEFAULTS[p] for p in PARALLEL})
         values.update({sym(p.name): p.default for p in analysis.model.params.values() if p.is_input})
     if analysis.hardware is not None:
         values.update({sym(k): v.value for k, v in analysis.hardware.fields.items()})

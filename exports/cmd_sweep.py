@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lists = "1,8,32 | a..b (every integer) | a..b:x2 (geometric) | a..b:+8; units: 1k..128k:x2"
     p.add_argument("--B", metavar="LIST", required=True, help=f"batch sizes: {lists}")
     p.add_argument("--N", metavar="LIST", required=True, help=f"context lengths: {lists}")
+    p.add_argument("--over", metavar="NAME=LIST",
+                   help="one more axis: any whole-numbered input, e.g. --over tp=1,2,4,8 "
+                        "(one B x N grid per value)")
     p.add_argument("--metric", metavar="KEY", default="tokens_per_s",
                    help="a step or memory key of `eval --json` (a bare key in both means "
                         "the step's; say memory.kv_bytes for the other), or bound "
@@ -37,23 +40,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parse the lists, evaluate the grid in one call, print it (and plot it)."""
-    from infest.compiler.sweep import parse_list, sweep
+    from infest.compiler.sweep import parse_list, parse_over, sweep_over
     Bs, Ns = parse_list(args.B, "B"), parse_list(args.N, "N")
+    over = parse_over(args.over) if args.over else None
     if args.plot:
         check_plot_path(args.plot)
     overrides = parse_sets(args.set)
     analysis = make_analysis(args)
-    result = sweep(analysis, overrides, Bs, Ns, args.metric)
+    results = sweep_over(analysis, overrides, Bs, Ns, args.metric, over)
     if args.plot:
         from infest.exports.plots import write_plot
         write_plot(analysis, overrides, Bs, Ns, Path(args.plot), args.plot_kind)
-    if args.csv:
-        print(to_csv(result), end="")
-    elif args.json:
-        print(json.dumps(to_json(analysis, result)))
-    else:
-        print(to_table(analysis, result))
+    _print(analysis, results, args, over[0] if over else None)
     return 0
+
+
+def _print(analysis: "Analysis", results: list["Sweep"], args: argparse.Namespace,
+           axis: str | None) -> None:
+    """One table, CSV block or JSON object per grid (the `--over` axis, if any, first)."""
+    if args.csv:
+        print("".join(to_csv(r, axis, header=k == 0) for k, r in enumerate(results)), end="")
+    elif args.json:
+        docs = [to_json(analysis, r) for r in results]
+        print(json.dumps(docs[0] if axis is None else {"over": axis, "grids": docs}))
+    else:
+        print("\n\n".join(to_table(analysis, r, axis) for r in results))
 
 
 def metric_label(key: str) -> str:
@@ -84,16 +95,22 @@ def _cell_texts(result: "Sweep") -> list[list[Any]]:
     return [[v if math.isfinite(v) else None for v in row] for row in rows]
 
 
-def to_csv(result: "Sweep") -> str:
-    """Long format, one line per point: B,N,<metric>,fits (base units)."""
+def to_csv(result: "Sweep", axis: str | None = None, header: bool = True) -> str:
+    """Long format, one line per point: B,N,<metric>,fits (base units); with an `--over`
+    axis a leading column holds its value."""
     cells, fits = _cell_texts(result), result.fits.tolist()
     Bs, Ns = result.B.tolist(), result.N.tolist()
-    lines = [f"B,N,{metric_label(result.metric)},fits"]
+    lead = f"{_fixed(result, axis)}," if axis else ""
+    lines = [f"{axis + ',' if axis else ''}B,N,{metric_label(result.metric)},fits"] if header else []
     for i, b in enumerate(Bs):  # formatting, not evaluation: the values are already there
         row, frow = cells[i], fits[i]
-        lines += [f"{b},{n},{_csv_value(row[j])},{'true' if frow[j] else 'false'}"
+        lines += [f"{lead}{b},{n},{_csv_value(row[j])},{'true' if frow[j] else 'false'}"
                   for j, n in enumerate(Ns)]
     return "\n".join(lines) + "\n"
+
+
+def _fixed(result: "Sweep", name: str) -> Any:
+    return next(_plain(i.value) for i in result.inputs if i.name == name)
 
 
 def _csv_value(v: Any) -> str:
@@ -121,14 +138,15 @@ def _plain(value: Any) -> int | float:
     return int(value) if value.denominator == 1 else float(value)
 
 
-def to_table(analysis: "Analysis", result: "Sweep") -> str:
+def to_table(analysis: "Analysis", result: "Sweep", axis: str | None = None) -> str:
     """B down, N across; a cell that does not fit in memory is marked with `*`."""
     from infest.exports.human import table
     cells, fits = _cell_texts(result), result.fits.tolist()
     rows = [[str(b)] + [_table_value(v) + ("" if ok else "*") for v, ok in zip(cells[i], fits[i])]
             for i, b in enumerate(result.B.tolist())]
     headers = ["B \\ N"] + [str(n) for n in result.N.tolist()]
-    parts = [_heading(analysis, result), "", table(headers, rows, right=set(range(len(headers))))]
+    heading = _heading(analysis, result) + (f" at {axis}={_fixed(result, axis)}" if axis else "")
+    parts = [heading, "", table(headers, rows, right=set(range(len(headers))))]
     if not result.fits.all():
         parts += ["", "* does not fit in device memory (weights + KV cache > mem_capacity)"]
     return "\n".join(parts)

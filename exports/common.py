@@ -23,6 +23,9 @@ def add_spec_args(p: argparse.ArgumentParser, hw_required: bool) -> None:
                    help="override an input (B, N, T, a model param, a hardware field); "
                         "units allowed: --set mem_bw=4TB/s --set N=32k")
     p.add_argument("--model", metavar="NAME", help="which model, if the spec defines several")
+    p.add_argument("--policy", metavar="NAME",
+                   help="sharding policy the spec declares (default: full); set the layout "
+                        "with --set tp=8 --set ep=8 --set pp=2 --set dp=2")
 
 
 def parse_sets(items: list[str]) -> dict[str, Fraction]:
@@ -52,4 +55,5 @@ def _check_dimension(name: str, dim: str | None) -> None:
 def make_analysis(args: argparse.Namespace) -> "Analysis":
     """Load the spec and hardware named on the command line."""
     from infest.compiler.api import analyze
-    return analyze(args.spec, hw=args.hw, phase=args.phase, model=args.model)
+    return analyze(args.spec, hw=args.hw, phase=args.phase, model=args.model,
+                   policy=args.policy)

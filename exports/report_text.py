@@ -38,7 +38,9 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["weights", bytes_both(m["weights_bytes"])],
         ["KV cache per token", si(m["kv_bytes_per_token"], "B")],
         ["KV cache at B, N+T", bytes_both(m["kv_bytes"])],
-        ["memory total / capacity", f"{bytes_both(m['total_bytes'])} / {bytes_both(m['capacity_bytes'])}"],
+        *_per_gpu_rows(result),
+        ["memory total / capacity", f"{bytes_both(m['total_bytes_per_gpu'])} / {bytes_both(m['capacity_bytes'])}"
+         + (" per GPU" if result["parallel"]["gpus"] > 1 else "")],
         ["fits", fits],
         ["max batch at this N", str(m["max_batch"])],
         ["max context at this B", str(m["max_context"])],
@@ -51,8 +53,29 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["check: active weights / mem_bw", duration(s["weights_floor_s"])],
         ["tokens/s upper bound", f"{s['tokens_per_s']:.4g} tok/s"],
         ["kernels per step", str(s["kernels"])],
+        ["collectives per step", f"{s['collectives']} calls, {si(s['comm_bytes'], 'B')} "
+         f"({duration(s['t_comm_s'])})"],
         ["binding ceiling", s["bound"]],
     ]
+
+
+def _per_gpu_rows(result: dict) -> list[list[str]]:
+    """Weights and KV cache one GPU holds, when the layout has several."""
+    if result["parallel"]["gpus"] == 1:
+        return []
+    m = result["memory"]
+    return [["weights / KV per GPU", f"{bytes_both(m['weights_bytes_per_gpu'])} / "
+                                     f"{bytes_both(m['kv_bytes_per_gpu'])}"]]
+
+
+def layout_line(result: dict) -> str:
+    """`tp=8 ep=8 pp=1 dp=1: 8 GPUs, policy full`: the layout an evaluation assumes."""
+    par = result["parallel"]
+    degrees = " ".join(f"{k}={par[k]}" for k in ("tp", "ep", "pp", "dp"))
+    gpus = "1 GPU" if par["gpus"] == 1 else f"{par['gpus']} GPUs"
+    policy = f", policy {par['policy']}" if par["policy"] else ""
+    note = "; per-op and step numbers are one GPU's" if par["gpus"] > 1 else ""
+    return f"layout {degrees}: {gpus}{policy}{note}"
 
 
 def _heading(result: dict) -> str:
@@ -63,7 +86,8 @@ def _heading(result: dict) -> str:
 
 def text(result: dict) -> str:
     """The full plain-text report."""
-    parts = [_heading(result), "", table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
+    parts = [_heading(result), layout_line(result), "",
+             table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
              "", pairs(summary_rows(result))]
     if result.get("capacity"):
         parts += ["", "capacity", pairs(capacity_rows(result["capacity"]))]

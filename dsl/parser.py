@@ -243,10 +243,9 @@ def _number(tok: Token, filename: str) -> ast.Num:
     return ast.Num(value * factor, dim, text, span)
 
 
-# Example snippets for friendlier messages, matched against the parser state. The
-# state includes the separators before the error, so each example also runs with the
-# block opened on its own line (`_with_newlines`).
-_EXAMPLES_ONE_LINE = {
+# Example snippets for friendlier messages, matched against the parser's current state
+# (not its whole stack, which grows with every statement before the error).
+_EXAMPLES = {
     "missing '=' or ':' after a name (a statement is `name = value` or `role: dtype`)":
         ["model m { x 1 }", "model m { x }", "model m { x = 1 y }"],
     "an expression is incomplete": ["model m { x = }", "model m { x = 1 + }",
@@ -256,17 +255,8 @@ _EXAMPLES_ONE_LINE = {
     "a statement ends at the end of its line: wrap a long expression in parentheses "
     "to continue it": ["model m {\n x = 1\n + 2 }", "model m {\n x = 1\n * 2 }",
                        "model m {\n x = 1\n / 2 }"],
-    "two statements on one line need a ';' between them":
-        ["model m { x = f(1) y = 2 }", "model m { x = a y = 2 }"],
 }
-
-
-def _with_newlines(examples: dict[str, list[str]]) -> dict[str, list[str]]:
-    return {label: texts + [t.replace("{ ", "{\n ", 1) for t in texts if "{ " in t]
-            for label, texts in examples.items()}
-
-
-_EXAMPLES = _with_newlines(_EXAMPLES_ONE_LINE)
+_SAME_LINE = "two statements on one line need a ';' between them"
 
 
 def _syntax_error(exc: UnexpectedInput, text: str, filename: str) -> SpecError:
@@ -276,12 +266,34 @@ def _syntax_error(exc: UnexpectedInput, text: str, filename: str) -> SpecError:
         line, col = _end_position(text)
     span = Span(filename, line, col, line, col + _token_width(exc))
     what = _describe(exc)
-    hint = None
-    try:
-        hint = exc.match_examples(_lark().parse, _EXAMPLES, use_accepts=True)
-    except Exception:  # match_examples is best effort only
-        hint = None
-    return fail(span, f"syntax error: {what}", hint or _expected_hint(exc))
+    return fail(span, f"syntax error: {what}", _example_hint(exc) or _expected_hint(exc))
+
+
+def _example_hint(exc: UnexpectedInput) -> str | None:
+    """The label of the example that fails in the same parser state, preferring one that
+    fails on the same kind of token."""
+    here = _failure(exc)
+    if here[1] == "NAME" and "_NL" in getattr(exc, "expected", ()):
+        return _SAME_LINE  # a statement could have ended here, and a name follows
+    fallback = None
+    for label, texts in _EXAMPLES.items():
+        for text in texts:
+            try:
+                _lark().parse(text)
+            except UnexpectedInput as other:
+                there = _failure(other)
+                if here[0] is not None and there == here:
+                    return label
+                fallback = fallback or (label if there[0] == here[0] else None)
+    return fallback if here[0] is not None else None
+
+
+def _failure(exc: UnexpectedInput) -> tuple[int | None, str | None]:
+    """(LR state, token type) where a parse failed; state None for lexer errors."""
+    state = getattr(exc, "state", None)
+    token = getattr(exc, "token", None)
+    position = state.position if hasattr(state, "position") else None
+    return position, token.type if token is not None else None
 
 
 def _describe(exc: UnexpectedInput) -> str:

@@ -48,8 +48,8 @@ class _Newlines:
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    """The LALR parser, built once per process. Deliberately not `cache=True`: that
-    unpickles a file with a predictable name in the shared temp folder (code execution
+    """The LALR parser, built once per process. Deliberately without Lark's on-disk cache:
+    it unpickles a file with a predictable name in the shared temp folder (code execution
     for anyone who can write there). Building costs ~80 ms, paid by verbs that parse."""
     text = resources.files("infest.dsl").joinpath("grammar.lark").read_text()
     return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False,

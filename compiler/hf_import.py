@@ -18,7 +18,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 from infest.dsl.errors import SpecError, fail
 
@@ -210,7 +210,7 @@ def _json_int(digits: str, path: Path) -> int:
     return int(digits)
 
 
-def _json_constant(word: str, path: Path) -> float:
+def _json_constant(word: str, path: Path) -> NoReturn:
     """NaN and Infinity are not JSON (Python accepts them); no config field can use them."""
     raise fail(None, f"{path}: '{word}' is not a JSON number", "write a finite number")
 

@@ -24,6 +24,8 @@ FIELD_DOC = {
 }
 FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
+_COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "
+                      "with a unit, K/M/G are decimal (80 MB = 80e6) and Ki/Mi/Gi binary (80 MiB)")
 _EXAMPLE = {BYTES: "80 GiB", BANDWIDTH: "3.35 TB/s", TIME: "4 us", FLOPS_RATE: "989 TFLOP/s"}
 
 
@@ -87,7 +89,7 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     got = f.value.dimension
     if want and got and got != want and not (want == COUNT and got is None):
         raise fail(f.value.span, f"'{f.name}' is a {want} quantity, not {got}",
-                   f"e.g. {f.name} = {_EXAMPLE.get(want, '1')}")
+                   _COUNT_PREFIX_HINT if got == COUNT else f"e.g. {f.name} = {_EXAMPLE.get(want, '1')}")
     if f.value.value <= 0:
         raise fail(f.value.span, f"'{f.name}' must be positive")
     return HwValue(f.value.value, got or want, f.span)

@@ -18,7 +18,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 from infest.dsl.errors import SpecError, fail
 
@@ -30,6 +30,12 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _GLU = {"silu": "silu_mul", "swish": "silu_mul", "gelu": "gelu_mul",
         "gelu_pytorch_tanh": "gelu_mul", "gelu_new": "gelu_mul"}
 _OP_COLUMN = 54  # where `group` and trailing comments start, as in the shipped specs
+
+# Limits on a config, checked before the work they guard.
+MAX_CONFIG_BYTES = 4 << 20   # one config.json (real ones are a few kB)
+MAX_JSON_DEPTH = 32          # nested objects / arrays (real configs: 3)
+MAX_JSON_INT_DIGITS = 18     # digits in one JSON integer (int64)
+MAX_LAYERS = 10_000          # num_hidden_layers: the per-layer plan is built in memory
 
 
 # ---- reading config fields ---------------------------------------------------------
@@ -169,16 +175,44 @@ class Arch:
 # ---- config -> Arch -------------------------------------------------------------------
 
 def load_json(path: Path) -> dict[str, Any]:
-    """A JSON object from a file, or a clear error."""
+    """A JSON object from a regular file of at most MAX_CONFIG_BYTES, or a clear error.
+    Nesting, integer length and NaN / Infinity are refused before Python builds them."""
+    from infest.compiler.loader import read_text
+    text = read_text(path, limit=MAX_CONFIG_BYTES, limit_name="MAX_CONFIG_BYTES")
+    _check_json_depth(text, path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise fail(None, f"cannot read '{path}': {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(text, parse_int=lambda digits: _json_int(digits, path),
+                          parse_constant=lambda word: _json_constant(word, path))
+    except json.JSONDecodeError as exc:
         raise fail(None, f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise fail(None, f"{path}: expected a JSON object (a Hugging Face config.json)")
     return data
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _check_json_depth(text: str, path: Path) -> None:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH (json.loads recurses per level)."""
+    depth = 0
+    for bracket in re.findall(r"[\[\]{}]", _JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise fail(None, f"{path}: JSON nested deeper than MAX_JSON_DEPTH = {MAX_JSON_DEPTH}")
+
+
+def _json_int(digits: str, path: Path) -> int:
+    """A JSON integer of at most MAX_JSON_INT_DIGITS digits (checked before int())."""
+    if len(digits.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise fail(None, f"{path}: integer {digits[:12]}... has {len(digits.lstrip('-'))} "
+                   f"digits, more than MAX_JSON_INT_DIGITS = {MAX_JSON_INT_DIGITS}")
+    return int(digits)
+
+
+def _json_constant(word: str, path: Path) -> NoReturn:
+    """NaN and Infinity are not JSON (Python accepts them); no config field can use them."""
+    raise fail(None, f"{path}: '{word}' is not a JSON number", "write a finite number")
 
 
 def read_arch(data: Mapping[str, Any], source: str = "config.json",
@@ -187,6 +221,9 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
     cfg = Config(data, source)
     family = _family(cfg)
     hidden, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
+    if layers > MAX_LAYERS:
+        raise fail(None, f"{source}: config field 'num_hidden_layers' is {layers}, more than "
+                   f"MAX_LAYERS = {MAX_LAYERS}")
     plan = _plan(cfg, family, layers)
     experts = _experts(cfg, family) if any(layer.moe for layer in plan) else None
     needs_ffn = any(not layer.moe for layer in plan)

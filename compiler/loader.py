@@ -1,6 +1,13 @@
-"""Find, read and parse spec files (following imports); look up shipped specs by name."""
+"""Find, read and parse spec files (following imports); look up shipped specs by name.
+
+Every file is read through `read_text`: regular files only (a FIFO or `/dev/zero` would
+block or never end), at most a named number of bytes, and specs must be `.arch` files, so
+a stray `import "/etc/passwd"` never gets as far as quoting someone else's file.
+"""
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,13 +36,35 @@ def shipped(kind: str) -> dict[str, Path]:
     return {p.stem: p for p in sorted((shipped_dir() / kind).glob("*.arch"))}
 
 
-def read_text(path: Path, span: Span | None = None) -> str:
-    """A file's text, or a located error if it cannot be read."""
+MAX_SPEC_BYTES = 1 << 20   # one spec file; the largest shipped one is under 10 kB
+MAX_IMPORT_DEPTH = 32      # files on one import chain
+
+
+def read_text(path: Path, span: Span | None = None, limit: int = MAX_SPEC_BYTES,
+              limit_name: str = "MAX_SPEC_BYTES") -> str:
+    """A regular file's UTF-8 text of at most `limit` bytes, or a located error."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = _read_regular(path, limit + 1)  # one byte more tells "too big" from "exactly"
+        if len(data) > limit:
+            raise fail(span, f"cannot read '{path}': larger than {limit_name} = {_size(limit)}")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise fail(span, f"cannot read '{path}': {reason}") from None
+
+
+def _read_regular(path: Path, most: int) -> bytes:
+    """At most `most` bytes of a regular file. Opened non-blocking so that a FIFO cannot
+    hang the open, then checked on the open descriptor (no race with a swapped path)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file", str(path))
+        return handle.read(most)
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
 
 
 def resolve_spec(path: Path) -> Path:
@@ -61,6 +90,12 @@ def load_program(path: Path) -> Program:
 def _load(path: Path, program: Program, stack: list[Path], done: set[Path],
           root: bool = False, span: Span | None = None) -> None:
     resolved = path.resolve()
+    if path.suffix != ".arch":
+        raise fail(span, f"cannot read '{path}': not a .arch file",
+                   "specs, hardware files and imports are .arch files")
+    if len(stack) >= MAX_IMPORT_DEPTH:
+        raise fail(span, f"imports nested deeper than MAX_IMPORT_DEPTH = {MAX_IMPORT_DEPTH}",
+                   "import the shared files from one top-level file instead")
     if resolved in stack:
         chain = " -> ".join(p.name for p in stack + [resolved])
         raise fail(span, f"import cycle: {chain}")

@@ -7,11 +7,27 @@ Every stage reports bad input through `SpecError`, which carries one or more
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 # Source text by file name, so a diagnostic can quote its line long after parsing.
 _SOURCES: dict[str, str] = {}
+
+
+# C0/C1 controls except tab and newline, and the bidirectional overrides ("Trojan source").
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Text with control characters shown as escapes (ESC -> `\\x1b`), so spec text printed
+    to a terminal cannot move the cursor, retitle the window or hide what follows."""
+    return _CONTROL.sub(lambda m: _escape(m.group()), text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def register_source(filename: str, text: str) -> None:
@@ -48,7 +64,7 @@ class Diagnostic:
         lines += _quote(self.span)
         if self.hint:
             lines.append(f"   hint: {self.hint}")
-        return "\n".join(lines)
+        return printable("\n".join(lines))
 
 
 def _quote(span: Span | None) -> list[str]:

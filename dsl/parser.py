@@ -1,28 +1,60 @@
-"""Parse .arch text into the AST, turning Lark's exceptions into located diagnostics."""
+"""Parse .arch text into the AST, turning Lark's exceptions into located diagnostics.
+
+The parse tree's nesting is measured (iteratively) and bounded before it is transformed,
+so no later stage that walks the AST recursively (elaboration, sympy) can run out of
+stack: a located error names the limit instead.
+"""
 from __future__ import annotations
 
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Iterator
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
                              UnexpectedToken, VisitError)
 
 from infest.dsl import ast
-from infest.dsl.errors import Span, SpecError, did_you_mean, fail, register_source
+from infest.dsl.errors import Span, SpecError, did_you_mean, fail, printable, register_source
 from infest.dsl.units import parse_number, unit_factor, UNITS
 
-_NUMBER_PARTS = re.compile(r"([\d_]*\.?[\d_]+(?:[eE][+-]?\d+)?)[ \t]*(.*)")
+_NUMBER_PARTS = re.compile(r"([\d_]*\.?[\d_]+(?:[eE][+-]?\d+)?)([ \t]*)(.*)")
+
+MAX_BLOCK_DEPTH = 64   # nested model / repeat / layer / moe blocks
+MAX_EXPR_DEPTH = 100   # nested operators and calls in one expression (a+b+c is 2 deep)
+_BLOCKS = {"model", "hardware", "block"}
+_EXPRS = {"add", "sub", "mul", "div", "mod", "pow", "neg", "call"}
+
+
+class _Newlines:
+    """Postlexer: inside parentheses a newline is whitespace, so calls and wrapped
+    expressions continue across lines; a closing '}' ends its statement as a newline
+    would (`repeat 2 { ... } x = add(x, x)`)."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        """Drop _NL tokens while a '(' is open; add one after each '}'."""
+        depth = 0
+        for tok in stream:
+            depth = max(0, depth + (tok.type == "LPAR") - (tok.type == "RPAR"))
+            if tok.type == "_NL" and depth:
+                continue
+            yield tok
+            if tok.type == "RBRACE":
+                yield Token.new_borrow_pos("_NL", "", tok)
 
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    """The LALR parser, built once (cached on disk by lark between runs)."""
+    """The LALR parser, built once per process. Deliberately without Lark's on-disk cache:
+    it loads serialized Python objects from a predictably named file in the shared temp
+    folder (code execution for anyone who can write there). Building costs ~85 ms, paid
+    once by each process that parses (a standalone generated parser took ~140 ms)."""
     text = resources.files("infest.dsl").joinpath("grammar.lark").read_text()
     return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False,
-                cache=True)
+                postlex=_Newlines())
 
 
 def parse(text: str, filename: str = "<spec>") -> ast.SpecFile:
@@ -32,6 +64,7 @@ def parse(text: str, filename: str = "<spec>") -> ast.SpecFile:
         tree = _lark().parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(exc, text, filename) from None
+    _check_depth(tree, filename)
     try:
         items = _ToAst(filename).transform(tree)
     except VisitError as exc:  # a rule method raised SpecError: surface it unwrapped
@@ -41,13 +74,31 @@ def parse(text: str, filename: str = "<spec>") -> ast.SpecFile:
     return ast.SpecFile(filename, tuple(items))
 
 
+def _check_depth(tree: Tree, filename: str) -> None:
+    """Refuse blocks nested past MAX_BLOCK_DEPTH and expressions past MAX_EXPR_DEPTH,
+    walking the tree with an explicit stack (a recursive walk would itself overflow)."""
+    stack: list[tuple[Tree, int, int]] = [(tree, 0, 0)]
+    while stack:
+        node, blocks, exprs = stack.pop()
+        blocks += node.data in _BLOCKS
+        exprs += node.data in _EXPRS
+        if blocks > MAX_BLOCK_DEPTH:
+            raise fail(_span_of(node.meta, filename), f"blocks nested deeper than "
+                       f"MAX_BLOCK_DEPTH = {MAX_BLOCK_DEPTH}", "flatten the nested repeats")
+        if exprs > MAX_EXPR_DEPTH:
+            raise fail(_span_of(node.meta, filename), f"expression nested deeper than "
+                       f"MAX_EXPR_DEPTH = {MAX_EXPR_DEPTH}",
+                       "split it into named params (a long sum counts one level per term)")
+        stack.extend((c, blocks, exprs) for c in node.children if isinstance(c, Tree))
+
+
 def _span_of(meta_or_tok: Any, filename: str) -> Span:
     """Span of a Lark token or tree meta."""
     m = meta_or_tok
     return Span(filename, m.line, m.column, m.end_line, m.end_column)
 
 
-class _ToAst(Transformer):
+class _ToAst(Transformer_NonRecursive):
     """Lark tree -> AST dataclasses, one method per grammar rule."""
 
     def __init__(self, filename: str) -> None:
@@ -184,7 +235,7 @@ def _header(children: list) -> tuple[Token, str | None, list]:
     """Split `NAME STRING? body...` children of a model or hardware block."""
     name, rest = children[0], children[1:]
     if rest and isinstance(rest[0], Token) and rest[0].type == "STRING":
-        return name, str(rest[0])[1:-1], [c for c in rest[1:] if not isinstance(c, Token)]
+        return name, printable(str(rest[0])[1:-1]), [c for c in rest[1:] if not isinstance(c, Token)]
     return name, None, [c for c in rest if not isinstance(c, Token)]
 
 
@@ -193,9 +244,15 @@ def _number(tok: Token, filename: str) -> ast.Num:
     span = _span_of(tok, filename)
     match = _NUMBER_PARTS.match(str(tok))
     assert match is not None  # the grammar's NUMBER regex guarantees this shape
-    digits, unit = match.group(1), match.group(2)
+    digits, space, unit = match.groups()
     text = str(tok)
-    value = parse_number(digits)
+    try:
+        value = parse_number(digits)
+    except ValueError as exc:
+        raise fail(span, str(exc), "write large values with a unit or a smaller exponent") from None
+    if space and unit == "B":  # `2 B` looks like `2 * B`, the batch
+        raise fail(span, f"'{text}' is ambiguous: {digits} bytes, or {digits} times the batch B?",
+                   f"write {digits}B for bytes or {digits} * B for the batch")
     if not unit:
         return ast.Num(value, None, text, span)
     found = unit_factor(unit)
@@ -206,7 +263,8 @@ def _number(tok: Token, filename: str) -> ast.Num:
     return ast.Num(value * factor, dim, text, span)
 
 
-# Example snippets for friendlier messages, matched against the parser state.
+# Example snippets for friendlier messages, matched against the parser's current state
+# (not its whole stack, which grows with every statement before the error).
 _EXAMPLES = {
     "missing '=' or ':' after a name (a statement is `name = value` or `role: dtype`)":
         ["model m { x 1 }", "model m { x }", "model m { x = 1 y }"],
@@ -214,7 +272,11 @@ _EXAMPLES = {
                                     "model m { x = (1 }", "model m { x = f(1, }"],
     "a block is not closed with '}'": ["model m {", "model m { repeat 2 {"],
     "expected a model, hardware or import at the top level": ["x = 1", "foo"],
+    "a statement ends at the end of its line: wrap a long expression in parentheses "
+    "to continue it": ["model m {\n x = 1\n + 2 }", "model m {\n x = 1\n * 2 }",
+                       "model m {\n x = 1\n / 2 }"],
 }
+_SAME_LINE = "two statements on one line need a ';' between them"
 
 
 def _syntax_error(exc: UnexpectedInput, text: str, filename: str) -> SpecError:
@@ -224,12 +286,34 @@ def _syntax_error(exc: UnexpectedInput, text: str, filename: str) -> SpecError:
         line, col = _end_position(text)
     span = Span(filename, line, col, line, col + _token_width(exc))
     what = _describe(exc)
-    hint = None
-    try:
-        hint = exc.match_examples(_lark().parse, _EXAMPLES, use_accepts=True)
-    except Exception:  # match_examples is best effort only
-        hint = None
-    return fail(span, f"syntax error: {what}", hint or _expected_hint(exc))
+    return fail(span, f"syntax error: {what}", _example_hint(exc) or _expected_hint(exc))
+
+
+def _example_hint(exc: UnexpectedInput) -> str | None:
+    """The label of the example that fails in the same parser state, preferring one that
+    fails on the same kind of token."""
+    here = _failure(exc)
+    if here[1] == "NAME" and "_NL" in getattr(exc, "expected", ()):
+        return _SAME_LINE  # a statement could have ended here, and a name follows
+    fallback = None
+    for label, texts in _EXAMPLES.items():
+        for text in texts:
+            try:
+                _lark().parse(text)
+            except UnexpectedInput as other:
+                there = _failure(other)
+                if here[0] is not None and there == here:
+                    return label
+                fallback = fallback or (label if there[0] == here[0] else None)
+    return fallback if here[0] is not None else None
+
+
+def _failure(exc: UnexpectedInput) -> tuple[int | None, str | None]:
+    """(LR state, token type) where a parse failed; state None for lexer errors."""
+    state = getattr(exc, "state", None)
+    token = getattr(exc, "token", None)
+    position = state.position if hasattr(state, "position") else None
+    return position, token.type if token is not None else None
 
 
 def _describe(exc: UnexpectedInput) -> str:
@@ -239,13 +323,15 @@ def _describe(exc: UnexpectedInput) -> str:
     if isinstance(exc, UnexpectedToken):
         if exc.token.type == "$END":
             return "unexpected end of file"
+        if exc.token.type == "_NL":
+            return "unexpected end of line"
         return f"unexpected '{exc.token}'"
     return "unexpected end of file"
 
 
 def _token_width(exc: UnexpectedInput) -> int:
     tok = getattr(exc, "token", None)
-    return max(1, len(str(tok))) if tok is not None and tok.type != "$END" else 1
+    return max(1, len(str(tok))) if tok is not None and tok.type not in ("$END", "_NL") else 1
 
 
 def _end_position(text: str) -> tuple[int, int]:
@@ -255,7 +341,8 @@ def _end_position(text: str) -> tuple[int, int]:
 
 _TERMINAL_WORDS = {"EQUAL": "'='", "COLON": "':'", "RBRACE": "'}'", "LBRACE": "'{'",
                    "RPAR": "')'", "LPAR": "'('", "NAME": "a name", "NUMBER": "a number",
-                   "STRING": "a string", "COMMA": "','", "MINUS": "'-'"}
+                   "STRING": "a string", "COMMA": "','", "MINUS": "'-'",
+                   "_NL": "a new line", "SEMICOLON": "';'"}
 
 
 def _expected_hint(exc: UnexpectedInput) -> str | None:

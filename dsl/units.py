@@ -38,9 +38,32 @@ def _build_table() -> dict[str, tuple[Fraction, str]]:
 UNITS: dict[str, tuple[Fraction, str]] = _build_table()
 
 
+MAX_LITERAL_DIGITS = 100    # digits in one literal's mantissa
+MAX_LITERAL_EXPONENT = 100  # |e| in `1e-6`; values above 1e30 are refused later anyway
+
+_LITERAL = re.compile(r"[+-]?(?P<mantissa>[\d.]+)(?:[eE](?P<exp>[+-]?\d+))?")
+
+
 def parse_number(text: str) -> Fraction:
-    """Exact value of a decimal literal such as `3.35`, `1e-6` or `14_336`."""
-    return Fraction(text.replace("_", ""))
+    """Exact value of a decimal literal such as `3.35`, `1e-6` or `14_336`.
+
+    The digits and the exponent are bounded before any number is built: `Fraction` of
+    `1e999999999` would compute a gigantic power, and a 100,000-digit literal passes
+    Python's int-from-string limit. Raises ValueError naming the limit.
+    """
+    plain = text.replace("_", "")
+    match = _LITERAL.fullmatch(plain)
+    if match is None:
+        raise ValueError(f"not a number: {text!r}")
+    digits = sum(c.isdigit() for c in match["mantissa"])
+    if digits > MAX_LITERAL_DIGITS:
+        raise ValueError(f"literal has {digits} digits, more than MAX_LITERAL_DIGITS = "
+                         f"{MAX_LITERAL_DIGITS}")
+    exp = (match["exp"] or "0").lstrip("+-").lstrip("0")
+    if len(exp) > 3 or int(exp or 0) > MAX_LITERAL_EXPONENT:
+        raise ValueError(f"exponent of {text[:20]!r} is beyond MAX_LITERAL_EXPONENT = "
+                         f"{MAX_LITERAL_EXPONENT}")
+    return Fraction(plain)
 
 
 def unit_factor(unit: str) -> tuple[Fraction, str] | None:

@@ -64,14 +64,29 @@ def _run(module, args: argparse.Namespace, debug: bool) -> int:
         if debug:
             raise
         message = str(exc) if isinstance(exc, SpecError) else f"error: {_os_error(exc)}"
+        _release_quietly(exc)
         sys.stderr.write(f"{message}\n")
         return 1
 
 
 def _os_error(exc: OSError) -> str:
     """`cannot write '/x/y.xlsx': No such file or directory`, without a traceback."""
-    where = f" '{exc.filename}'" if exc.filename else ""
+    from infest.dsl.errors import printable
+    where = f" '{printable(str(exc.filename))}'" if exc.filename else ""
     return f"cannot access{where}: {exc.strerror or exc}"
+
+
+def _release_quietly(exc: BaseException) -> None:
+    """Free the failed call's frames now, with destructor errors muted: a half-written
+    workbook (a full disk) closes its zip file in a destructor, which would otherwise
+    print a second traceback ("Exception ignored in ZipFile.__del__") at exit."""
+    import gc
+    hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+    try:
+        exc.__traceback__ = None
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 if __name__ == "__main__":

@@ -131,7 +131,6 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
         ws.page_setup.orientation, ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = "landscape", 1, 0
     b.wb.calculation.fullCalcOnLoad = True  # no cached values: engines must compute
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     b.wb.save(path)
     return path
 

@@ -18,6 +18,7 @@ MODELS = ROOT / "specs" / "models"
 
 def _recalculated(tmp_path: Path, analysis, edits: dict[str, float], soffice: str) -> openpyxl.Workbook:
     """Write, change input cells like a planner would, recalculate in LibreOffice."""
+    (tmp_path / "in").mkdir()  # write_workbook no longer creates missing folders
     src = write_workbook(analysis, tmp_path / "in" / "book.xlsx", {})
     if edits:
         wb = openpyxl.load_workbook(src)

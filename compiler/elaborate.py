@@ -46,6 +46,8 @@ class OpNode:
     dtypes: DTypes
     inputs: tuple[str, ...]
     span: Span
+    blocks: sympy.Expr | None = None  # thread blocks per launch, if the spec states them
+    args: dict[str, sympy.Expr] = field(default_factory=dict)  # resolved numeric op args
 
 
 @dataclass
@@ -244,7 +246,7 @@ def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
         out = rule.rule(op_in)
     except ShapeMismatch as mm:
         raise _shape_error(call, binding, tensors, mm, state) from None
-    return _add_node(call, binding, scope, state, tensors, out, dtypes, common)
+    return _add_node(call, binding, scope, state, tensors, out, dtypes, common, args)
 
 
 def _split_args(call: ast.Call, rule: OpRule, binding: str, scope: _Scope, state: _State):
@@ -355,6 +357,11 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
         if not _at_defaults(value, state) >= 0:
             raise fail(kw.value.span, "kernels must be 0 or more")
         return value
+    if kw.name == "blocks":  # thread blocks per launch (occupancy in `infest diagnose`)
+        value = _number(kw.value, state)
+        if not _at_defaults(value, state).subs({B: 1, N: 1, T: 1}) >= 1:
+            raise fail(kw.value.span, "blocks must be 1 or more")
+        return value
     if kw.name == "bits":
         value = _at_defaults(_number(kw.value, state), state)
         if not value.is_Rational:
@@ -394,7 +401,7 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     return last
 
 
-def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tensor:
+def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -> Tensor:
     name = _unique(scope.prefix + binding, state.nodes)
     cost, params, active = _routed(out.cost, out.params, scope)
     if "kernels" in common:
@@ -402,7 +409,7 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common) -> Tens
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
-                  call.span)
+                  call.span, common.get("blocks"), dict(args))
     state.nodes[name] = node
     return Tensor(out.width, name)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
-from infest.exports.human import bytes_both, count, duration, pairs, si, table
+from infest.exports.human import bytes_both, count, duration, md_table, pairs, si, table
 
 OP_HEADERS = ["op", "kind", "group", "count", "FLOPs", "bytes", "FLOP/byte", "time", "x count",
               "bound"]
@@ -86,12 +86,9 @@ def capacity_rows(cap: dict) -> list[list[str]]:
 
 def markdown(result: dict) -> str:
     """The report as Markdown tables."""
-    def md(headers: list[str], rows: list[list[str]]) -> str:
-        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-    return "\n\n".join([f"### {_heading(result)}", md(OP_HEADERS, op_rows(result)),
-                        md(["quantity", "value"], summary_rows(result))]
-                       + ([md(["capacity", "value"], capacity_rows(result["capacity"]))]
+    return "\n\n".join([f"### {_heading(result)}", md_table(OP_HEADERS, op_rows(result)),
+                        md_table(["quantity", "value"], summary_rows(result))]
+                       + ([md_table(["capacity", "value"], capacity_rows(result["capacity"]))]
                           if result.get("capacity") else []))
 
 

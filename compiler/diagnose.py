@@ -272,39 +272,47 @@ def _kernels_per_layer(result: dict) -> tuple[float, float]:
 
 
 def prediction(result: dict, c: dict, which: str, step_s: float) -> dict:
-    """The first change for the binding ceiling and the step the model expects after it."""
-    bound = result["step"]["time_s"]
-    change, expected = {"bandwidth": _predict_bandwidth, "comm": _predict_comm,
-                        "launch": _predict_launch,
-                        "occupancy": _predict_occupancy}[which](result, c, step_s)
-    return {"change": change, "expected_step_s": max(bound, expected)}
+    """The first change for the binding ceiling and the step the model expects after it
+    (never below the model's bound after that change)."""
+    change, expected, floor = {"bandwidth": _predict_bandwidth, "comm": _predict_comm,
+                               "launch": _predict_launch,
+                               "occupancy": _predict_occupancy}[which](result, c, step_s)
+    return {"change": change, "expected_step_s": max(floor, expected)}
 
 
-def _predict_bandwidth(result: dict, c: dict, step_s: float) -> tuple[str, float]:
+def _predict_bandwidth(result: dict, c: dict, step_s: float) -> tuple[str, float, float]:
     s = result["step"]
-    # At the achieved bandwidth (bytes / measured step) time scales with the bytes moved.
-    return ("halve the weight bytes (e.g. bf16 -> fp8 weights)",
-            step_s * (1 - s["weight_bytes"] / (2 * s["bytes"])))
+    saved = s["weight_bytes"] / (2 * s["bytes"])  # share of the bytes the change removes
+    # At the achieved bandwidth (bytes / measured step) time scales with the bytes moved;
+    # the bound falls by the same bytes at mem_bw.
+    return ("halve the weight bytes (e.g. bf16 -> fp8 weights)", step_s * (1 - saved),
+            s["time_s"] - saved * s["t_memory_s"])
 
 
-def _predict_comm(result: dict, c: dict, step_s: float) -> tuple[str, float]:
+def _predict_comm(result: dict, c: dict, step_s: float) -> tuple[str, float, float]:
     calls = c["comm"]["calls"]
     return (f"halve the collective calls ({calls:g} -> {calls / 2:g} per step: fuse them)",
-            step_s - c["comm"]["total_s"] / 2)
+            step_s - c["comm"]["total_s"] / 2, result["step"]["time_s"])
 
 
-def _predict_launch(result: dict, c: dict, step_s: float) -> tuple[str, float]:
+def _predict_launch(result: dict, c: dict, step_s: float) -> tuple[str, float, float]:
     now, model = c["launch"]["kernels"], result["step"]["kernels"]
     overhead = c["launch"]["launch_overhead_s"]
     if now > model:
         _, per_layer = _kernels_per_layer(result)
         return (f"fuse to {per_layer:g} kernels per layer ({now:g} -> {model:g} per step)",
-                step_s - (now - model) * overhead)
+                step_s - (now - model) * overhead, result["step"]["time_s"])
     busy = c["kernels"]["kernel_time_s"] if c.get("kernels") else step_s - now * overhead
-    return ("capture the step in a CUDA graph (no host launch gaps)", busy)
+    return ("capture the step in a CUDA graph (no host launch gaps)", busy,
+            result["step"]["time_s"])
 
 
-def _predict_occupancy(result: dict, c: dict, step_s: float) -> tuple[str, float]:
+def _predict_occupancy(result: dict, c: dict, step_s: float) -> tuple[str, float, float]:
+    change, expected = _occupancy_change(result, c, step_s)
+    return change, expected, result["step"]["time_s"]
+
+
+def _occupancy_change(result: dict, c: dict, step_s: float) -> tuple[str, float]:
     occ = c["occupancy"]
     if occ["share"] >= OCCUPANCY_SHARE:
         return (f"reshape the grids of {', '.join(occ['flagged'][:4])} to fill the "

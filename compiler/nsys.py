@@ -33,6 +33,7 @@ MAX_PATTERN_CHARS = 300
 MAX_PREAMBLE_LINES = 200         # lines searched for the header row
 
 NAME, TOTAL, INSTANCES = "Name", "Total Time (ns)", "Instances"
+WIDTH = " width"  # the header's cell count, kept beside the column indices
 REQUIRED_COLUMNS = (TOTAL, INSTANCES, NAME)
 OPTIONAL_COLUMNS = {"grid": ("GridXYZ", "Grid"), "block": ("BlockXYZ", "Block")}
 
@@ -72,8 +73,8 @@ class Kernel:
 
 
 def _error(path: str, line: int, message: str, hint: str | None = None):
-    """A SpecError at a whole line of the CSV (the line is quoted when known)."""
-    return fail(Span(path, line, 1, line, 10**6), message, hint)
+    """A SpecError at a whole line of the CSV (the line is quoted and underlined)."""
+    return fail(Span(path, line, 1, line + 1, 1), message, hint)
 
 
 def read_kern_sum(path: str | Path) -> list[Kernel]:
@@ -133,6 +134,7 @@ def _header(rows: list[tuple[int, list[str]]], name: str) -> tuple[int, dict[str
                 raise _error(name, line, f"the header lacks column(s) {', '.join(map(repr, missing))}",
                              f"cuda_gpu_kern_sum has {', '.join(REQUIRED_COLUMNS)}")
             columns = {c: found[c] for c in REQUIRED_COLUMNS}
+            columns[WIDTH] = len(cells)
             for key, spellings in OPTIONAL_COLUMNS.items():
                 columns.update({key: found[s] for s in spellings if s in found})
             return i, columns
@@ -143,13 +145,14 @@ def _header(rows: list[tuple[int, list[str]]], name: str) -> tuple[int, dict[str
 
 def _kernel(cells: list[str], line: int, columns: dict[str, int], name: str) -> Kernel:
     """One kernel row, every cell checked."""
-    if len(cells) <= max(columns.values()):
-        raise _error(name, line, f"{len(cells)} cells, the header has more "
-                     f"(column {max(columns.values()) + 1} is missing)",
-                     "quote kernel names that contain commas")
+    if len(cells) != columns[WIDTH]:
+        raise _error(name, line, f"{len(cells)} cells where the header has {columns[WIDTH]}",
+                     "a kernel name with commas must be quoted")
     kname = cells[columns[NAME]].strip()
     if not kname:
         raise _error(name, line, "empty kernel name")
+    if any(ord(ch) < 32 for ch in kname):
+        raise _error(name, line, "a control character (NUL, newline, ...) in the kernel name")
     if len(kname) > MAX_NAME_CHARS:
         raise _error(name, line, f"kernel name over MAX_NAME_CHARS ({MAX_NAME_CHARS})")
     total = _number(cells[columns[TOTAL]], TOTAL, line, name)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import datetime
 
-from infest.exports.human import duration, md_table, pairs, si, table
+from infest.exports.human import duration, md_table, pairs, table
+from infest.exports.report_text import SENSITIVITY_HEADERS, sensitivity_rows
 
 
 def _rate(tokens_per_s: float) -> str:
@@ -90,8 +91,13 @@ def kernel_summary(k: dict) -> list[list[str]]:
     return [["kernel time per step", f"{duration(k['kernel_time_s'])} of {duration(k['step_s'])} "
                                      f"(GPU idle {k['idle_share']:.1%})"],
             ["kernels per step", f"{k['kernels_per_step']:g} ({k['steps']} steps captured)"],
-            ["unmatched kernels", ", ".join(f"{u['name']} ({duration(u['time_s'])})"
+            ["unmatched kernels", "; ".join(f"{_short(u['name'])} ({duration(u['time_s'])})"
                                             for u in k["unmatched"][:8]) or "none"]]
+
+
+def _short(name: str, width: int = 60) -> str:
+    """A kernel name cut to `width` characters (template arguments run for pages)."""
+    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def amdahl_rows(d: dict) -> list[list[str]]:
@@ -127,16 +133,6 @@ def depth_line(d: dict) -> str:
             f"{p['attention_share']:.0%} of the bound: depth consumes the attention cache")
 
 
-def sensitivity_rows(d: dict, n: int = 8) -> list[list[str]]:
-    """The largest elasticities of the model's step time."""
-    shown = [s for s in d["sensitivity"] if abs(s["elasticity"]) >= 1e-3]  # 0.1%: noise
-    return [[s["input"], f"{s['elasticity']:+.3f}", f"{s['halving_gain']:+.1%}"]
-            for s in shown[:n]]
-
-
-SENSITIVITY_HEADERS = ["input", "d ln t / d ln x", "step saved if x halves"]
-
-
 def _sections(d: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) for every optional table present in the report."""
     out = []
@@ -147,7 +143,7 @@ def _sections(d: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         out.append(("Amdahl", AMDAHL_HEADERS, amdahl_rows(d)))
     if d["depth"]:
         out.append(("Depth", DEPTH_HEADERS, depth_rows(d)))
-    out.append(("Sensitivity of the model's step time", SENSITIVITY_HEADERS, sensitivity_rows(d)))
+    out.append(("Sensitivity of the model's step time", SENSITIVITY_HEADERS, sensitivity_rows(d, 8)))
     return out
 
 

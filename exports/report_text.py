@@ -65,7 +65,19 @@ def text(result: dict) -> str:
              "", pairs(summary_rows(result))]
     if result.get("capacity"):
         parts += ["", "capacity", pairs(capacity_rows(result["capacity"]))]
+    if result.get("sensitivity"):
+        parts += ["", "sensitivity of the step time", table(SENSITIVITY_HEADERS, sensitivity_rows(result))]
     return "\n".join(parts)
+
+
+SENSITIVITY_HEADERS = ["input", "d ln t / d ln x", "step saved if x halves"]
+
+
+def sensitivity_rows(result: dict, limit: int = 10) -> list[list[str]]:
+    """The largest elasticities of the step time (under 0.001 is noise and left out)."""
+    shown = [s for s in result["sensitivity"] if abs(s["elasticity"]) >= 1e-3]
+    return [[s["input"], f"{s['elasticity']:+.3f}", f"{s['halving_gain']:+.1%}"]
+            for s in shown[:limit]]
 
 
 def capacity_rows(cap: dict) -> list[list[str]]:

@@ -54,7 +54,7 @@ def elasticities(analysis: "Analysis", inputs: list["Input"], result: dict) -> l
         e = float((sympy.diff(time, x) * x / time).xreplace(point))
         if e:
             out.append(Elasticity(i.name, e, _halving_gain(time, x, point, t0)))
-    return sorted(out, key=lambda el: -abs(el.value))
+    return sorted(out, key=lambda el: (-abs(el.value), el.name))  # ties: by name
 
 
 def _halving_gain(time: sympy.Expr, x: sympy.Symbol, point: dict, t0: sympy.Expr) -> float:

@@ -297,14 +297,15 @@ def _predict_comm(result: dict, c: dict, step_s: float) -> tuple[str, float, flo
 
 def _predict_launch(result: dict, c: dict, step_s: float) -> tuple[str, float, float]:
     now, model = c["launch"]["kernels"], result["step"]["kernels"]
-    overhead = c["launch"]["launch_overhead_s"]
-    if now > model:
+    overhead, bound = c["launch"]["launch_overhead_s"], result["step"]["time_s"]
+    idle = c["kernels"] is not None and c["kernels"]["idle_share"] >= IDLE_SHARE
+    if now > model and not idle:
         _, per_layer = _kernels_per_layer(result)
         return (f"fuse to {per_layer:g} kernels per layer ({now:g} -> {model:g} per step)",
-                step_s - (now - model) * overhead, result["step"]["time_s"])
-    busy = c["kernels"]["kernel_time_s"] if c.get("kernels") else step_s - now * overhead
-    return ("capture the step in a CUDA graph (no host launch gaps)", busy,
-            result["step"]["time_s"])
+                step_s - (now - model) * overhead, bound)
+    # A CUDA graph removes the host's launch gaps: the step shrinks to the GPU's busy time.
+    busy = c["kernels"]["kernel_time_s"] if c["kernels"] else step_s - now * overhead
+    return ("capture the step in a CUDA graph (no host launch gaps)", busy, bound)
 
 
 def _predict_occupancy(result: dict, c: dict, step_s: float) -> tuple[str, float, float]:
@@ -336,7 +337,7 @@ def _worst_target(kernels: dict | None) -> dict | None:
     return max(rows, key=lambda r: r["measured_s"] - r["bound_s"], default=None)
 
 
-def falsifier(result: dict, c: dict, which: str, step_s: float) -> str:
+def falsifier(result: dict, c: dict, which: str, step_s: float, predicted: dict) -> str:
     """The one measurement that would prove the binding verdict wrong."""
     from infest.exports.human import duration, si
     s = result["step"]
@@ -353,9 +354,8 @@ def falsifier(result: dict, c: dict, which: str, step_s: float) -> str:
     if which == "launch":
         return (f"sum kernel time per step (nsys cuda_gpu_kern_sum / steps): if the GPU is busy "
                 f"for more than {duration(IDLE_SHARE * step_s)} of the {duration(step_s)} step, "
-                f"or a CUDA graph of the step does not save about "
-                f"{duration(c['launch']['kernels'] * c['launch']['launch_overhead_s'])}, "
-                f"launches do not bind.")
+                f"or the first change does not bring the step near "
+                f"{duration(predicted['expected_step_s'])}, launches do not bind.")
     return _occupancy_falsifier(c, step_s)
 
 
@@ -387,6 +387,7 @@ def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float) -> 
              occupancy=occupancy(analysis, inputs, result, sms, step_s))
     which, eliminated = binding(c)
     check = faster_than_bound(result, step_s, c["kernels"])
+    predicted = prediction(result, c, which, step_s)
     return {"model": result["model"], "hardware": result["hardware"], "phase": result["phase"],
            "inputs": result["inputs"], "bound_s": result["step"]["time_s"],
            "measured": {"step_s": step_s, "tokens_per_s": tokens_per_step(result) / step_s},
@@ -394,6 +395,6 @@ def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float) -> 
            "amdahl": [amdahl(n, s) for n, s in m.speedups],
            "depth": depth(analysis, overrides, m.depth) if m.depth else None,
            "binding": which, "by_elimination": eliminated,
-           "falsifier": falsifier(result, c, which, step_s),
-           "prediction": prediction(result, c, which, step_s),
+           "falsifier": falsifier(result, c, which, step_s, predicted),
+           "prediction": predicted,
            "sensitivity": as_json(elasticities(analysis, inputs, result))}

@@ -40,7 +40,6 @@ HOT_SHARE = 0.05               # an op is hot at 5% or more of the bound step
 IDLE_SHARE = 0.5               # GPU idle for half the step (nsys): launch or host bound
 TILE = 128                     # GEMM output tile, 128 x 128 (CUTLASS/cuBLAS default on SM80+)
 ATTN_BLOCK_M = 128             # FlashAttention-2 forward: 128 query rows per block
-CANDIDATES = ("bandwidth", "comm", "launch", "occupancy")
 
 
 @dataclass
@@ -264,11 +263,10 @@ def binding(cands: dict) -> tuple[str, bool]:
     return max(pool, key=lambda k: cands[k]["share"]), False
 
 
-def _kernels_per_layer(result: dict) -> tuple[float, float]:
-    """(layers, the model's kernels per layer): ops at the largest repeat count."""
+def _kernels_per_layer(result: dict) -> float:
+    """The model's kernels per layer: launches of the ops at the largest repeat count."""
     layers = max(op["count"] for op in result["ops"])
-    per_layer = sum(op["kernels"] for op in result["ops"] if op["count"] == layers)
-    return layers, per_layer
+    return sum(op["kernels"] for op in result["ops"] if op["count"] == layers)
 
 
 def prediction(result: dict, c: dict, which: str, step_s: float) -> dict:
@@ -300,7 +298,7 @@ def _predict_launch(result: dict, c: dict, step_s: float) -> tuple[str, float, f
     overhead, bound = c["launch"]["launch_overhead_s"], result["step"]["time_s"]
     idle = c["kernels"] is not None and c["kernels"]["idle_share"] >= IDLE_SHARE
     if now > model and not idle:
-        _, per_layer = _kernels_per_layer(result)
+        per_layer = _kernels_per_layer(result)
         return (f"fuse to {per_layer:g} kernels per layer ({now:g} -> {model:g} per step)",
                 step_s - (now - model) * overhead, bound)
     # A CUDA graph removes the host's launch gaps: the step shrinks to the GPU's busy time.
@@ -324,7 +322,7 @@ def _occupancy_change(result: dict, c: dict, step_s: float) -> tuple[str, float]
                 step_s - (worst["measured_s"] - worst["bound_s"]))
     now, model = c["launch"]["kernels"], result["step"]["kernels"]
     if now > model:  # at the measured time per kernel, the model's kernel count
-        _, per_layer = _kernels_per_layer(result)
+        per_layer = _kernels_per_layer(result)
         return (f"fuse to {per_layer:g} kernels per layer ({now:g} -> {model:g} per step, "
                 f"{c['launch']['time_per_kernel_s'] * 1e6:.3g} us each)",
                 c["launch"]["time_per_kernel_s"] * model)

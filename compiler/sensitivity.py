@@ -9,7 +9,6 @@ e% more time; a 10% faster link (x * 1.1) changes the time by about e * ln(1.1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import sympy

@@ -14,12 +14,13 @@ if TYPE_CHECKING:
     from infest.compiler.api import Analysis
     from infest.compiler.diagnose import Measured
 
-MAX_COUNT = 10**9            # kernels or collectives per step
-MAX_STEPS = 10**6            # decode steps in one capture
-MAX_SPEEDUP_POINTS = 32
-MAX_DEPTH_POINTS = 64
-MAX_GPUS = 10**6
-MAX_CONTEXT = 2**30          # tokens, for --depth
+# Limits, as (name, value) so every message names the constant it hit.
+MAX_COUNT = ("MAX_COUNT", 10**9)                    # kernels or collectives per step
+MAX_STEPS = ("MAX_STEPS", 10**6)                    # decode steps in one capture
+MAX_SPEEDUP_POINTS = ("MAX_SPEEDUP_POINTS", 32)
+MAX_DEPTH_POINTS = ("MAX_DEPTH_POINTS", 64)
+MAX_GPUS = ("MAX_GPUS", 10**6)
+MAX_CONTEXT = ("MAX_CONTEXT", 2**30)                # tokens, for --depth
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,13 +74,14 @@ def _check_plot(args: argparse.Namespace) -> None:
 def measured_from_args(args: argparse.Namespace, analysis: "Analysis") -> "Measured":
     """The Measured record, every value checked before any work."""
     from infest.compiler.diagnose import Measured
-    m = Measured(step_s=_time(args.measured_step, "--measured-step"),
-                 tokens_per_s=_positive(args.measured_tokens_per_s, "--measured-tokens-per-s"),
-                 kernels=_count(args.kernels, "--kernels"),
-                 collectives=_count(args.collectives, "--collectives", zero=True),
-                 collective_time_s=_time(args.collective_time, "--collective-time"),
-                 speedups=_pairs(args.speedup, "--speedup", ("MAX_SPEEDUP_POINTS", MAX_SPEEDUP_POINTS), _speedup),
-                 depth=_pairs(args.depth, "--depth", ("MAX_DEPTH_POINTS", MAX_DEPTH_POINTS), _depth_point))
+    m = Measured(
+        step_s=_time(args.measured_step, "--measured-step"),
+        tokens_per_s=_positive(args.measured_tokens_per_s, "--measured-tokens-per-s"),
+        kernels=_count(args.kernels, "--kernels"),
+        collectives=_count(args.collectives, "--collectives", zero=True),
+        collective_time_s=_time(args.collective_time, "--collective-time"),
+        speedups=_pairs(args.speedup, "--speedup", MAX_SPEEDUP_POINTS, _speedup),
+        depth=_pairs(args.depth, "--depth", MAX_DEPTH_POINTS, _depth_point))
     if args.nsys or args.steps:
         _add_nsys(m, args, analysis)
     return m
@@ -91,7 +93,7 @@ def _add_nsys(m: "Measured", args: argparse.Namespace, analysis: "Analysis") -> 
     if not (args.nsys and args.steps):
         raise fail(None, "--nsys and --steps go together",
                    "--steps K: how many decode steps the capture holds")
-    m.steps = int(_count(args.steps, "--steps", limit=("MAX_STEPS", MAX_STEPS)))
+    m.steps = int(_count(args.steps, "--steps", limit=MAX_STEPS))
     m.nsys = nsys.read_kern_sum(args.nsys)
     mine = nsys.read_mapping(args.map, mapping_targets(analysis)) if args.map else []
     m.patterns = mine + nsys.default_patterns()
@@ -119,6 +121,7 @@ def _sms(analysis: "Analysis", overrides: dict) -> float:
 # ---- values ------------------------------------------------------------------------
 
 def _value(text: str, flag: str, want: str | None) -> Fraction:
+    """A number with an optional unit of dimension `want` (never evaluated as code)."""
     from infest.dsl.units import parse_value
     try:
         value, dim = parse_value(text)
@@ -140,6 +143,7 @@ def _time(text: str | None, flag: str) -> float | None:
 
 
 def _positive(text: str | None, flag: str) -> float | None:
+    """A positive plain number (a rate or a speedup)."""
     if text is None:
         return None
     value = _value(text, flag, None)
@@ -149,7 +153,7 @@ def _positive(text: str | None, flag: str) -> float | None:
 
 
 def _count(text: str | None, flag: str, zero: bool = False,
-           limit: tuple[str, int] = ("MAX_COUNT", MAX_COUNT)) -> float | None:
+           limit: tuple[str, int] = MAX_COUNT) -> float | None:
     """A whole count (`2790`, `3k`), at most `limit` (named in the message)."""
     if text is None:
         return None
@@ -175,7 +179,8 @@ def _pairs(items: list[str], flag: str, limit: tuple[str, int], parse) -> list:
 
 
 def _speedup(gpus: str, speedup: str, flag: str) -> tuple[int, float]:
-    n = _count(gpus, flag, limit=("MAX_GPUS", MAX_GPUS))
+    """`8=2.44` (or `8=2.44x`): Amdahl needs 2+ GPUs and 1 <= speedup <= GPUs."""
+    n = _count(gpus, flag, limit=MAX_GPUS)
     s = _positive(speedup.removesuffix("x"), flag)
     if n < 2:
         raise fail(None, f"{flag} {gpus}={speedup}: Amdahl needs 2 or more GPUs")
@@ -186,4 +191,5 @@ def _speedup(gpus: str, speedup: str, flag: str) -> tuple[int, float]:
 
 
 def _depth_point(n: str, rate: str, flag: str) -> tuple[int, float]:
-    return int(_count(n, flag, limit=("MAX_CONTEXT", MAX_CONTEXT))), _positive(rate, flag)
+    """`32k=95`: a context (count units) and the tokens/s measured there."""
+    return int(_count(n, flag, limit=MAX_CONTEXT)), _positive(rate, flag)

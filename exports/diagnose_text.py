@@ -51,11 +51,12 @@ def _occupancy_number(occ: dict) -> str:
 
 def verdict_rows(d: dict) -> list[list[str]]:
     """Binding ceiling, falsifier and prediction."""
-    p = d["prediction"]
+    p, m = d["prediction"], d["measured"]
+    tokens = m["tokens_per_s"] * m["step_s"]  # tokens per step
     how = " (by elimination)" if d["by_elimination"] else ""
     return [["binding ceiling", d["binding"] + how],
             ["first change", f"{p['change']}: expected step {duration(p['expected_step_s'])} "
-                             f"({_rate(d['measured']['tokens_per_s'] * d['measured']['step_s'] / p['expected_step_s'])})"],
+                             f"({_rate(tokens / p['expected_step_s'])})"],
             ["falsifier", d["falsifier"]]]
 
 

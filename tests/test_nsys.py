@@ -72,7 +72,7 @@ def test_file_size_limit_is_checked_before_reading(monkeypatch) -> None:
         read_kern_sum(FIX / "llama_decode.csv")
 
 
-def test_row_limit_is_named(monkeypatch, tmp_path: Path) -> None:
+def test_row_limit_is_named(monkeypatch) -> None:
     monkeypatch.setattr(nsys, "MAX_KERNEL_ROWS", 2)
     monkeypatch.setattr(nsys, "MAX_PREAMBLE_LINES", 1)
     with pytest.raises(SpecError, match="MAX_KERNEL_ROWS"):

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from infest.compiler import nsys
 from infest.compiler.nsys import Pattern, default_patterns, match, read_kern_sum, read_mapping
@@ -121,3 +123,22 @@ def test_pattern_length_limit(tmp_path: Path) -> None:
     path.write_text("*" * (nsys.MAX_PATTERN_CHARS + 1) + " = linear\n")
     with pytest.raises(SpecError, match="MAX_PATTERN_CHARS"):
         read_mapping(path, TARGETS)
+
+
+HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+
+
+@settings(derandomize=True, max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.binary(max_size=400), with_header=st.booleans())
+def test_any_bytes_parse_or_give_a_located_error(tmp_path: Path, body: bytes,
+                                                 with_header: bool) -> None:
+    path = tmp_path / "fuzz.csv"
+    path.write_bytes((HEADER.encode() if with_header else b"") + body)
+    try:
+        kernels = read_kern_sum(path)
+    except SpecError as exc:
+        (diag,) = exc.diagnostics
+        assert diag.span.file == str(path) and diag.span.line >= 1  # always located
+        return
+    assert all(k.instances >= 1 and k.total_s >= 0 and k.name for k in kernels)

@@ -53,6 +53,7 @@ class OpNode:
     weight_share: sympy.Expr = sympy.Integer(1)  # of its weights one GPU holds (sharded)
     kv_share: sympy.Expr = sympy.Integer(1)      # of its KV cache one GPU holds
     comm: "Collective | None" = None             # set on collective ops
+    blocks: sympy.Expr | None = None             # thread blocks per launch, if stated
 
 
 @dataclass
@@ -405,6 +406,11 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
         if not _at_defaults(value, state) >= 0:
             raise fail(kw.value.span, "kernels must be 0 or more")
         return value
+    if kw.name == "blocks":  # thread blocks per launch (occupancy in `infest diagnose`)
+        value = _number(kw.value, state)
+        if not _at_defaults(value, state).subs({B: 1, N: 1, T: 1}) >= 1:
+            raise fail(kw.value.span, "blocks must be 1 or more")
+        return value
     if kw.name == "bits":
         value = _at_defaults(_number(kw.value, state), state)
         if not value.is_Rational:
@@ -452,7 +458,8 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
-                  call.span, args, scope.experts)
+                  call.span, args=args, experts=scope.experts,
+                  blocks=common.get("blocks"))
     state.nodes[name] = node
     return Tensor(out.width, name)
 

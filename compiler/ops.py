@@ -256,4 +256,4 @@ OPS: dict[str, OpRule] = {
 }
 OPTIONAL_ARGS = {"window", "sinks", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
                  "params", "width", "kv_per_token"}
-COMMON_KWARGS = ("kernels", "weights", "kv", "act", "math", "residual", "bits")
+COMMON_KWARGS = ("kernels", "blocks", "weights", "kv", "act", "math", "residual", "bits")

@@ -11,6 +11,7 @@ VERBS = {
     "compile": ("cmd_compile", "print closed forms (or write a live workbook with --xlsx)"),
     "eval": ("cmd_eval", "evaluate a model on hardware: per-op table, memory, step bound"),
     "sweep": ("cmd_sweep", "evaluate a metric over a B x N grid (vectorised)"),
+    "diagnose": ("cmd_diagnose", "which ceiling binds a measured system (bandwidth, comm, launch, occupancy)"),
     "list": ("cmd_list", "list shipped models and hardware"),
     "import-hf": ("cmd_import_hf", "write a .arch spec from a Hugging Face config.json"),
 }

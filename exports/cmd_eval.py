@@ -14,6 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="the eval --json contract object")
     fmt.add_argument("--csv", action="store_true", help="the per-op table as CSV")
     fmt.add_argument("--markdown", action="store_true", help="tables as Markdown")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="rank every input by d ln(step time) / d ln(input), exact from the forms")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +27,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.csv:  # the CSV is the per-op table only
         from infest.compiler.capacity import capacity
         result["capacity"] = capacity(analysis, overrides)
+    if args.sensitivity and not args.csv:
+        from infest.compiler.sensitivity import as_json, elasticities
+        result["sensitivity"] = as_json(elasticities(analysis, analysis.inputs(overrides), result))
     if args.json:
         print(json.dumps(result, indent=2))
     elif args.csv:

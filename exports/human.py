@@ -67,3 +67,9 @@ def pairs(rows: list[list[str]]) -> str:
     """`label   value` lines with the values aligned."""
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{r[0].ljust(width)}  {r[1]}" for r in rows)
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table (cells as given)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])

@@ -401,3 +401,25 @@ def _edges(values: list[int]) -> Any:
 _PANELS = [("roofline", roofline), ("time", time_vs_context), ("time", tokens_vs_context),
            ("memory", memory_vs_batch), ("throughput", throughput_tradeoff),
            ("bound", bound_map)]
+
+
+def write_depth_plot(report: dict, path: Path) -> Path:
+    """`diagnose --depth --plot`: measured tokens/s against the bound's curve in N."""
+    check_plot_path(path)
+    points = report["depth"]["points"]
+    Ns = [p["N"] for p in points]
+    fig, (ax,) = _figure(1)
+    ax.plot(Ns, [p["bound_tokens_per_s"] for p in points], "o-", color=BOUND_COLORS["weights"],
+            label="bound (infest)")
+    ax.plot(Ns, [p["measured_tokens_per_s"] for p in points], "s--", color="#d62728",
+            label="measured")
+    if report["depth"]["diverges_at"] is not None:
+        ax.axvline(report["depth"]["diverges_at"], color="#7f7f7f", ls=":",
+                   label="measured falls away")
+    _log_if_wide(ax, "x", Ns)
+    ax.set_xlabel("context N (tokens in cache per sequence)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(f"{report['model']} on {report['hardware']}: depth")
+    ax.legend()
+    fig.savefig(path, dpi=110)
+    return path

@@ -5,7 +5,7 @@ import csv
 import io
 
 from infest.compiler.terms import TERM_KEYS, TIME_TERMS
-from infest.exports.human import bytes_both, count, duration, pairs, si, table
+from infest.exports.human import bytes_both, count, duration, md_table, pairs, si, table
 
 OP_HEADERS = ["op", "kind", "group", "count", "FLOPs", "bytes", "FLOP/byte", "time", "x count",
               "bound"]
@@ -91,7 +91,19 @@ def text(result: dict) -> str:
              "", pairs(summary_rows(result))]
     if result.get("capacity"):
         parts += ["", "capacity", pairs(capacity_rows(result["capacity"]))]
+    if result.get("sensitivity"):
+        parts += ["", "sensitivity of the step time", table(SENSITIVITY_HEADERS, sensitivity_rows(result))]
     return "\n".join(parts)
+
+
+SENSITIVITY_HEADERS = ["input", "d ln t / d ln x", "step saved if x halves"]
+
+
+def sensitivity_rows(result: dict, limit: int = 10) -> list[list[str]]:
+    """The largest elasticities of the step time (under 0.001 is noise and left out)."""
+    shown = [s for s in result["sensitivity"] if abs(s["elasticity"]) >= 1e-3]
+    return [[s["input"], f"{s['elasticity']:+.3f}", f"{s['halving_gain']:+.1%}"]
+            for s in shown[:limit]]
 
 
 def capacity_rows(cap: dict) -> list[list[str]]:
@@ -112,12 +124,9 @@ def capacity_rows(cap: dict) -> list[list[str]]:
 
 def markdown(result: dict) -> str:
     """The report as Markdown tables."""
-    def md(headers: list[str], rows: list[list[str]]) -> str:
-        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-    return "\n\n".join([f"### {_heading(result)}", md(OP_HEADERS, op_rows(result)),
-                        md(["quantity", "value"], summary_rows(result))]
-                       + ([md(["capacity", "value"], capacity_rows(result["capacity"]))]
+    return "\n\n".join([f"### {_heading(result)}", md_table(OP_HEADERS, op_rows(result)),
+                        md_table(["quantity", "value"], summary_rows(result))]
+                       + ([md_table(["capacity", "value"], capacity_rows(result["capacity"]))]
                           if result.get("capacity") else []))
 
 

@@ -12,6 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
+from infest.compiler.constraints import check_constraints
 from infest.compiler.elaborate import CompiledModel, elaborate
 from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
 from infest.compiler.hardware import CompiledHardware, compile_hardware
@@ -66,7 +67,19 @@ class Analysis:
     def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
         """Every input with its value for this run (defaults, then overrides)."""
         fixed = {k: _fraction(k, v) for k, v in (overrides or {}).items()}
-        return resolve_inputs(self.forms, self.hardware, fixed)
+        inputs = resolve_inputs(self.forms, self.hardware, fixed)
+        self.check({i.name: float(i.value) for i in inputs}, fixed)
+        return inputs
+
+    def check(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> None:
+        """Re-check the model's constraints (whole repeat counts, top_k <= experts, ...)
+        at these inputs (floats or broadcastable arrays); SpecError at the first failure."""
+        point = {p.name: float((overrides or {}).get(p.name, p.default))
+                 for p in self.model.params.values() if p.is_input}  # params the forms drop
+        point.update(values)
+        if self.forms.phase == "prefill":  # as the forms: a prompt of N tokens, empty cache
+            point["T"], point["N"] = point["N"], 0.0
+        check_constraints(self.model.constraints, list(point), point)
 
     def compiled(self, names: list[str]) -> CompiledForms:
         """The lambdified forms for these input names (built once)."""

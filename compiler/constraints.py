@@ -83,12 +83,12 @@ def _error(c: Constraint, lhs: Any, rhs: Any, bad: np.ndarray, names: Sequence[s
     index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
     got = _at(lhs, index, bad.shape)
     other = _fmt(_at(rhs, index, bad.shape))
-    detail = {"le": f"{_fmt(got)} > {other}", "divides": f"{_fmt(got)} does not divide {other}"
-              }.get(c.kind, f"got {_fmt(got)}")
+    detail = {"le": f" ({_fmt(got)} > {other})", "divides": f" ({_fmt(got)} does not divide "
+              f"{other})"}.get(c.kind, f", got {_fmt(got)}")
     used = {s.name for e in (c.lhs, c.rhs) if e is not None for s in e.free_symbols}
     point = ", ".join(f"{n}={_fmt(_at(values[n], index, bad.shape))}" for n in names if n in used)
     where = f" at {point}" if point else ""
-    return fail(c.span, f"{c.what} {_MUST[c.kind]}, {detail}{where}", c.hint)
+    return fail(c.span, f"{c.what} {_MUST[c.kind]}{detail}{where}", c.hint)
 
 
 def _at(value: Any, index: tuple, shape: tuple) -> float:

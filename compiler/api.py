@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from infest.compiler.constraints import check_constraints
 from infest.compiler.elaborate import CompiledModel, elaborate
 from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
+from infest.compiler.finite import check_finite
 from infest.compiler.hardware import CompiledHardware, compile_hardware
 from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.model import Forms, build_forms
@@ -92,7 +93,10 @@ class Analysis:
         """Evaluate at defaults plus overrides: a dict shaped like `eval --json`."""
         from infest.compiler.report import result_json
         inputs = self.inputs(overrides)
-        values = self.compiled([i.name for i in inputs])({i.name: float(i.value) for i in inputs})
+        point = {i.name: float(i.value) for i in inputs}
+        compiled = self.compiled(list(point))
+        values = compiled(point)
+        check_finite(compiled.layout, values, self.model.ops, point)
         return result_json(self, inputs, values)
 
 

@@ -85,6 +85,8 @@ def _error(c: Constraint, lhs: Any, rhs: Any, bad: np.ndarray, names: Sequence[s
     other = _fmt(_at(rhs, index, bad.shape))
     detail = {"le": f" ({_fmt(got)} > {other})", "divides": f" ({_fmt(got)} does not divide "
               f"{other})"}.get(c.kind, f", got {_fmt(got)}")
+    if not np.isfinite(got) or not np.isfinite(_at(rhs, index, bad.shape)):
+        detail = " but is not finite (a division by zero, or the square root of a negative?)"
     used = {s.name for e in (c.lhs, c.rhs) if e is not None for s in e.free_symbols}
     point = ", ".join(f"{n}={_fmt(_at(values[n], index, bad.shape))}" for n in names if n in used)
     where = f" at {point}" if point else ""

@@ -139,7 +139,7 @@ def _memory(model: CompiledModel, phase: str) -> dict[str, sympy.Expr]:
 def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
     """Largest B with weights + B * KV(N+T) <= capacity (0 if the weights alone overflow)."""
     if per_seq == 0:
-        return sympy.Integer(0)
+        return sympy.oo  # no KV cache: memory does not bound the batch
     return Max(0, sympy.floor(room / per_seq))
 
 
@@ -161,7 +161,7 @@ def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Exp
             fixed = sum((c * w for w, c in full), sympy.Integer(0))
             candidates.append((budget - fixed) / slope)
     if not candidates:
-        return sympy.Integer(0)
+        return sympy.oo  # no KV cache, or every layer windowed: the cache stops growing
     longest = sympy.floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
     return Max(0, longest - T if phase == "decode" else longest)
 

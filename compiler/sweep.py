@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.evaluate import Input, step_bound
-from infest.compiler.model import MEMORY_KEYS, STEP_KEYS
+from infest.compiler.finite import check_finite
+from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
 from infest.dsl.errors import did_you_mean, fail
 from infest.dsl.units import COUNT, parse_number, parse_value
 
@@ -28,7 +29,10 @@ if TYPE_CHECKING:
 
 LIST_HINT = "LIST is 1,8,32 or a..b (every integer) or a..b:x2 (geometric); units: 1k..128k:x2"
 MAX_VALUES = 10_000_000      # per axis: a typo like 1..1e12 must fail, not exhaust memory
-MAX_CELLS = 10_000_000       # the grid holds every B,N-dependent form: ~3 GB at 10^7 cells
+# Each cell costs ~50 bytes evaluated and ~300 bytes printed (CSV/JSON, built in memory):
+# 2^21 cells stay within a few hundred MB; a bigger grid is refused, not thrashed.
+MAX_CELLS = 2**21
+CHUNK_CELLS = 2**16          # rows are evaluated this many cells at a time (bounded temporaries)
 _RANGE = re.compile(r"^(?P<a>[^.]+)\.\.(?P<b>[^:]+?)(?::(?P<op>.?)(?P<step>.*))?$")
 
 
@@ -145,17 +149,45 @@ def _keys(section: str) -> tuple[str, ...]:
     return STEP_KEYS if section == "step" else MEMORY_KEYS
 
 
-def grid_values(analysis: "Analysis", overrides: Mapping[str, Any],
-                Bs: list[int], Ns: list[int]) -> tuple[list[Input], dict[str, Any]]:
-    """Every flat form on the grid (B a column, N a row) and the inputs used, in one call."""
+def grid_values(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+                Ns: list[int], keys: frozenset[str] | None = None
+                ) -> tuple[list[Input], dict[str, Any]]:
+    """Flat forms (every one, or only `keys`) on the grid (B a column, N a row) and the
+    inputs used; constraints and finiteness are checked at every cell. Every form is
+    computed with the one function `infest eval` uses (so cells equal it exactly), in
+    blocks of rows; only `keys` are kept."""
     _check_grid(overrides, Bs, Ns)
     inputs = analysis.inputs({**overrides, "B": Bs[0], "N": Ns[0]})
     point = {i.name: float(i.value) for i in inputs}
     # Same float conversion as Analysis.evaluate, so a cell equals `infest eval` there.
     point["B"] = np.asarray(Bs, dtype=float)[:, None]
     point["N"] = np.asarray(Ns, dtype=float)[None, :]
-    values = analysis.compiled([i.name for i in inputs])(point)
+    analysis.check(point)
+    compiled = analysis.compiled([i.name for i in inputs])
+    values = _by_rows(compiled, point, len(Bs), len(Ns), keys)
+    layout = [(k, e) for k, e in compiled.layout if k in values]
+    check_finite(layout, values, analysis.model.ops, point)
     return [i for i in inputs if i.name not in ("B", "N")], values
+
+
+def _by_rows(fn: Any, point: dict[str, Any], rows: int, cols: int,
+             keys: frozenset[str] | None) -> dict[str, Any]:
+    """fn over the grid in blocks of rows of about CHUNK_CELLS cells: numpy's temporaries
+    (one per common subexpression) stay small however large the grid."""
+    step = max(1, CHUNK_CELLS // cols)
+    if step >= rows:
+        return {k: v for k, v in fn(point).items() if keys is None or k in keys}
+    out: dict[str, np.ndarray] = {}
+    for lo in range(0, rows, step):
+        block = fn({**point, "B": point["B"][lo:lo + step]})
+        for key, value in block.items():
+            if keys is not None and key not in keys:
+                continue
+            value = np.broadcast_to(value, (min(step, rows - lo), cols))
+            if key not in out:
+                out[key] = np.empty((rows, cols), dtype=value.dtype)
+            out[key][lo:lo + step] = value
+    return out
 
 
 def _check_grid(overrides: Mapping[str, Any], Bs: list[int], Ns: list[int]) -> None:
@@ -166,15 +198,16 @@ def _check_grid(overrides: Mapping[str, Any], Bs: list[int], Ns: list[int]) -> N
     if not Bs or not Ns:
         raise fail(None, "a sweep needs at least one B and one N", LIST_HINT)
     if len(Bs) * len(Ns) > MAX_CELLS:
-        raise fail(None, f"{len(Bs):,} x {len(Ns):,} points is more than {MAX_CELLS:,}",
-                   "use a geometric range (a..b:x2) or a coarser step (a..b:+64)")
+        raise fail(None, f"{len(Bs):,} x {len(Ns):,} points is more than {MAX_CELLS:,} "
+                   "(MAX_CELLS)", "use a geometric range (a..b:x2) or a coarser step (a..b:+64)")
 
 
 def sweep(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
           Ns: list[int], metric: str = "tokens_per_s") -> Sweep:
     """Evaluate one metric (a step or memory key, or `bound`) on the B x N grid."""
     key = resolve_metric(metric)
-    inputs, values = grid_values(analysis, overrides, Bs, Ns)
+    needed = {f"bound.{k}" for k in BOUND_TERMS} | {"step.time_s"} if key == "bound" else {key}
+    inputs, values = grid_values(analysis, overrides, Bs, Ns, frozenset(needed | {"memory.fits"}))
     shape = (len(Bs), len(Ns))
     cells = step_bound(values) if key == "bound" else values[key]
     return Sweep(key, np.asarray(Bs), np.asarray(Ns), _full(cells, shape),

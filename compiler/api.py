@@ -114,4 +114,18 @@ def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode
     program = load_program(Path(spec))
     compiled = load_model(spec, model, program)
     hardware = load_hardware(hw, program) if hw is not None else None
+    if hardware is not None:
+        _check_hardware_names(compiled, hardware)
     return Analysis(compiled, hardware, build_forms(compiled, phase))
+
+
+def _check_hardware_names(model: CompiledModel, hardware: CompiledHardware) -> None:
+    """A param must not share a name with a field of the chosen hardware, even in case
+    only (workbook names ignore case): `--set` and the workbook would mix them up."""
+    fields = {f.lower(): f for f in hardware.fields}
+    for param in model.params.values():
+        field_name = fields.get(param.name.lower())
+        if field_name is not None:
+            raise fail(param.span, f"param '{param.name}' clashes with hardware "
+                       f"'{hardware.name}' field '{field_name}' (names ignore case)",
+                       "rename the param")

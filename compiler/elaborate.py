@@ -383,6 +383,8 @@ def _check_positive_args(call, args, numbers, named, state) -> None:
         if at < 0 or (at == 0 and not zero_ok):
             zero = " (or 0)" if zero_ok else ""
             raise fail(nodes[name].span, f"{what} must be positive{zero}")
+        if name == "window" and not at.is_integer:
+            raise fail(nodes[name].span, f"{what} must be a whole number of tokens")
 
 
 def _common_kwarg(kw: ast.KwArg, state: _State) -> object:

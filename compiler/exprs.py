@@ -25,7 +25,7 @@ _MAX_EXPONENT = 64
 # LIMIT while its numerator grows 64-fold per level. Both limits are checked before the
 # number or expression is built.
 MAX_DIGITS = 1000          # digits of an exact value's numerator or denominator
-MAX_EXPR_NODES = 10_000    # nodes of one expression tree (sympy's args, counted as a tree)
+MAX_EXPR_NODES = 256       # nodes of one expression tree: ample for a line of a spec
 _DIGITS_PER_BIT = 0.30103  # log10(2)
 
 Lookup = Callable[[ast.Name], sympy.Expr]

@@ -29,6 +29,7 @@ def check_finite(layout: list[tuple[str, sympy.Expr]], values: Mapping[str, Any]
         value = np.asarray(values[key])
         if value.dtype == bool:
             continue
+        value = value.astype(float)  # huge integer constants come back as Python ints
         bad = ~np.isfinite(value)
         if key in UNBOUNDED_KEYS:
             bad &= ~np.isposinf(value)

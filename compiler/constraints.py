@@ -33,6 +33,13 @@ class Constraint:
     span: Span | None
     hint: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown constraint kind {self.kind!r}; kinds: {', '.join(KINDS)}")
+        if (self.rhs is None) != (self.kind not in ("le", "divides")):
+            need = "needs" if self.rhs is None else "takes no"
+            raise ValueError(f"a {self.kind!r} constraint {need} rhs")
+
 
 def check_constraints(constraints: Sequence[Constraint], names: Sequence[str],
                       values: Mapping[str, Any]) -> None:
@@ -82,13 +89,14 @@ def _error(c: Constraint, lhs: Any, rhs: Any, bad: np.ndarray, names: Sequence[s
     """The message at the first failing point: the value and the inputs it depends on."""
     index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
     got = _at(lhs, index, bad.shape)
-    other = _fmt(_at(rhs, index, bad.shape))
-    detail = {"le": f" ({_fmt(got)} > {other})", "divides": f" ({_fmt(got)} does not divide "
-              f"{other})"}.get(c.kind, f", got {_fmt(got)}")
+    value, other = format_value(got), format_value(_at(rhs, index, bad.shape))
+    detail = {"le": f" ({value} > {other})", "divides": f" ({value} does not divide {other})"
+              }.get(c.kind, f", got {value}")
     if not np.isfinite(got) or not np.isfinite(_at(rhs, index, bad.shape)):
         detail = " but is not finite (a division by zero, or the square root of a negative?)"
     used = {s.name for e in (c.lhs, c.rhs) if e is not None for s in e.free_symbols}
-    point = ", ".join(f"{n}={_fmt(_at(values[n], index, bad.shape))}" for n in names if n in used)
+    point = ", ".join(f"{n}={format_value(_at(values[n], index, bad.shape))}"
+                      for n in names if n in used)
     where = f" at {point}" if point else ""
     return fail(c.span, f"{c.what} {_MUST[c.kind]}{detail}{where}", c.hint)
 
@@ -97,7 +105,8 @@ def _at(value: Any, index: tuple, shape: tuple) -> float:
     return float(np.broadcast_to(np.asarray(value, dtype=float), shape)[index])
 
 
-def _fmt(x: float) -> str:
+def format_value(x: float) -> str:
+    """An input or checked value for a message: 25, not 25.0; 12.5; 1e+29."""
     return str(int(x)) if np.isfinite(x) and x == int(x) and abs(x) < 1e15 else f"{x:.6g}"
 
 

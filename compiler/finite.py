@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import sympy
 
+from infest.compiler.constraints import format_value
 from infest.dsl.errors import fail
 
 # +inf here means "unbounded by the KV cache" (no KV cache, or every layer windowed).
@@ -48,13 +49,9 @@ def _error(key: str, form: sympy.Expr, value: np.ndarray, bad: np.ndarray, ops: 
         span, what = ops[int(i)].span, f"op '{ops[int(i)].name}': {rest}"
     used = {s.name for s in form.free_symbols}
     shape = bad.shape
-    at = ", ".join(f"{n}={_fmt(np.broadcast_to(np.asarray(v, float), shape)[index])}"
+    at = ", ".join(f"{n}={format_value(np.broadcast_to(np.asarray(v, float), shape)[index])}"
                    for n, v in point.items() if n in used)
     why = "undefined (0/0, or the square root of a negative number?)" if np.isnan(got) \
         else "infinite (division by zero, or an overflow?)"
     return fail(span, f"{what} is not finite at {at or 'these inputs'}: {why}",
                 "change the inputs (--set) or the spec so the expression stays finite")
-
-
-def _fmt(x: float) -> str:
-    return str(int(x)) if np.isfinite(x) and x == int(x) and abs(x) < 1e15 else f"{x:.6g}"

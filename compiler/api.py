@@ -12,12 +12,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
-from infest.compiler.elaborate import CompiledModel, elaborate
-from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
-from infest.compiler.hardware import CompiledHardware, compile_hardware
-from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.collectives import LINK_FIELDS, NET_FIELDS, Links
 from infest.compiler.constraints import check_constraints
+from infest.compiler.elaborate import CompiledModel, elaborate
+from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
+from infest.compiler.finite import check_finite
+from infest.compiler.hardware import CompiledHardware, compile_hardware
+from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.model import Forms, build_forms
 from infest.compiler.policy import resolve_policy
 from infest.dsl.errors import SpecError, did_you_mean, fail
@@ -69,7 +70,21 @@ class Analysis:
     def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
         """Every input with its value for this run (defaults, then overrides)."""
         fixed = {k: _fraction(k, v) for k, v in (overrides or {}).items()}
-        return resolve_inputs(self.forms, self.hardware, fixed)
+        inputs = resolve_inputs(self.forms, self.hardware, fixed)
+        self.check({i.name: float(i.value) for i in inputs}, fixed)
+        return inputs
+
+    def check(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> None:
+        """Re-check the model's constraints (whole repeat counts, top_k <= experts, the
+        layout's: tp divides heads, ...) at these inputs (floats or broadcastable arrays); SpecError at the first failure."""
+        point = {p.name: float((overrides or {}).get(p.name, p.default))
+                 for p in self.model.params.values() if p.is_input}  # params the forms drop
+        if self.hardware is not None:  # and hardware fields (gpus_per_node for a layout)
+            point.update({k: float(v.value) for k, v in self.hardware.fields.items()})
+        point.update(values)
+        if self.forms.phase == "prefill":  # as the forms: a prompt of N tokens, empty cache
+            point["T"], point["N"] = point["N"], 0.0
+        check_constraints(self.model.constraints, list(point), point)
 
     def compiled(self, names: list[str]) -> CompiledForms:
         """The lambdified forms for these input names (built once)."""
@@ -83,13 +98,10 @@ class Analysis:
         from infest.compiler.report import result_json
         inputs = self.inputs(overrides)
         point = {i.name: float(i.value) for i in inputs}
-        self.check(point)
-        values = self.compiled([i.name for i in inputs])(point)
+        compiled = self.compiled(list(point))
+        values = compiled(point)
+        check_finite(compiled.layout, values, self.model.ops, point)
         return result_json(self, inputs, values)
-
-    def check(self, point: Mapping[str, Any]) -> None:
-        """Refuse inputs that break the layout's constraints (scalars or arrays)."""
-        check_constraints(self.forms.layout.constraints, list(point), point)
 
 
 def _fraction(name: str, value: Any) -> Fraction:
@@ -107,6 +119,8 @@ def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode
     program = load_program(Path(spec))
     compiled = load_model(spec, model, program)
     hardware = load_hardware(hw, program) if hw is not None else None
+    if hardware is not None:
+        _check_hardware_names(compiled, hardware)
     forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware))
     return Analysis(forms.model, hardware, forms)  # the model as one GPU of the layout runs it
 
@@ -117,3 +131,15 @@ def links_of(hardware: CompiledHardware | None) -> Links:
         return Links()
     has = set(hardware.fields)
     return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has)
+
+
+def _check_hardware_names(model: CompiledModel, hardware: CompiledHardware) -> None:
+    """A param must not share a name with a field of the chosen hardware, even in case
+    only (workbook names ignore case): `--set` and the workbook would mix them up."""
+    fields = {f.lower(): f for f in hardware.fields}
+    for param in model.params.values():
+        field_name = fields.get(param.name.lower())
+        if field_name is not None:
+            raise fail(param.span, f"param '{param.name}' clashes with hardware "
+                       f"'{hardware.name}' field '{field_name}' (names ignore case)",
+                       "rename the param")

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 BATCH_LIMIT = 2**24      # search B in [1, 16M]: past any memory that exists today
 CONTEXT_LIMIT = 2**30    # search N in [1, 1G tokens]
+# Expanding (x + 1)^64 * (x + 2)^64 ... to test linearity costs as much as the degree;
+# forms of a higher (or non-polynomial) degree go to the numeric root finder unexpanded.
+MAX_EXPAND_DEGREE = 4
 X = sympy.Symbol("x", positive=True)  # a real stand-in: B and N are integer symbols,
                                        # and sympy will not return a fractional integer root
 
@@ -158,6 +161,9 @@ def crossings(expr: sympy.Expr, lo: float, hi: float) -> list[float]:
 
 def _linear_root(expr: sympy.Expr) -> float | None:
     """-c0/c1 if expr is c1*x + c0 (the dense-model case); None if not linear."""
+    degree = polynomial_degree(expr)
+    if degree is None or degree > MAX_EXPAND_DEGREE:
+        return None
     try:
         poly = sympy.Poly(sympy.expand(expr), X)
     except sympy.PolynomialError:
@@ -166,6 +172,24 @@ def _linear_root(expr: sympy.Expr) -> float | None:
         return None
     c1, c0 = poly.all_coeffs()
     return float(-c0 / c1)
+
+
+def polynomial_degree(expr: sympy.Expr) -> int | None:
+    """An upper bound on expr's degree in x without expanding it; None if it is not a
+    polynomial in x (x under a function, a symbolic or negative power)."""
+    if X not in expr.free_symbols:
+        return 0
+    if expr == X:
+        return 1
+    if expr.is_Add or expr.is_Mul:
+        degrees = [polynomial_degree(a) for a in expr.args]
+        if any(d is None for d in degrees):
+            return None
+        return max(degrees) if expr.is_Add else sum(degrees)  # type: ignore[arg-type]
+    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+        base = polynomial_degree(expr.base)
+        return None if base is None else base * int(expr.exp)
+    return None
 
 
 def _numeric_roots(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float,

@@ -15,9 +15,10 @@ import sympy
 
 from infest.dsl import ast
 from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
+from infest.compiler.constraints import Constraint, dedupe
 from infest.compiler.cost import Cost
 from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
-from infest.compiler.exprs import contains_op_call, to_sympy
+from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
 from infest.compiler.ops import COMMON_KWARGS, OPS, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
 from infest.compiler.params import Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, N, T, sym
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from infest.compiler.collectives import Collective
 
 _MAX_DIM = 2**53
+# Layers that call each other twice per level would otherwise build 2^depth ops.
+MAX_OPS = 20_000
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class CompiledModel:
     policies: dict[str, ast.PolicyDef] = field(default_factory=dict)
     layers: sympy.Expr = sympy.Integer(1)        # layers a pipeline can split (top-level repeats)
     stage_width: sympy.Expr | None = None        # width of the residual entering the layers
+    # Conditions on inputs checked at every evaluated point (see compiler/constraints.py).
+    constraints: list[Constraint] = field(default_factory=list)
 
     @cached_property
     def graph(self) -> "nx.DiGraph":
@@ -122,6 +127,13 @@ class _State:
     layer_counts: list[sympy.Expr] = field(default_factory=list)  # top-level repeat counts
     last: Tensor | None = None  # the most recent top-level binding
     stage_width: sympy.Expr | None = None
+    call_spans: list[Span] = field(default_factory=list)  # their call sites, innermost last
+    suffixes: dict[str, int] = field(default_factory=dict)  # next free "#i" per op name
+    constraints: list[Constraint] = field(default_factory=list)
+
+
+class _TooManyOps(SpecError):
+    """The op limit was hit: stop elaborating at once (errors are not collected)."""
 
 
 def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
@@ -136,6 +148,7 @@ def elaborate(model: ast.Model, file: str, reserved: set[str]) -> CompiledModel:
     scope = _Scope("other", {r: DTYPES["bf16"] for r in ("weights", "kv", "act")}, sympy.Integer(1))
     _run_block(model.body, scope, state, top=True)
     state.errors.raise_if_any()
+    _require_param_limits(state)
     return _finish(model, file, state, scope)
 
 
@@ -146,9 +159,25 @@ def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> Compil
     _check_policies(state)
     state.errors.raise_if_any()
     return CompiledModel(model.name, model.title, file, state.params,
-                         list(state.nodes.values()), _dtypes_of(scope, {}), state.policies,
-                         sympy.Add(*state.layer_counts) if state.layer_counts else sympy.Integer(1),
-                         state.stage_width)
+                         list(state.nodes.values()), _dtypes_of(scope, {}),
+                         policies=state.policies, constraints=dedupe(state.constraints),
+                         layers=sympy.Add(*state.layer_counts) if state.layer_counts
+                         else sympy.Integer(1), stage_width=state.stage_width)
+
+
+def _require(state: _State, kind: str, lhs: sympy.Expr, what: str, span: Span | None,
+             rhs: sympy.Expr | None = None, hint: str | None = None) -> None:
+    """Record a condition to re-check at evaluated inputs, if it depends on any."""
+    if lhs.free_symbols or (rhs is not None and rhs.free_symbols):
+        state.constraints.append(Constraint(kind, lhs, rhs, what, span, hint))
+
+
+def _require_param_limits(state: _State) -> None:
+    """Derived params must stay within the 1e30 value limit at any inputs, too."""
+    for p in state.params.values():
+        if not p.is_input:
+            _require(state, "le", sympy.Abs(p.expr), f"param '{p.name}' <= 1e30", p.span,
+                     LIMIT, "values must stay below 1e30")
 
 
 def _collect_bindings(body: tuple, state: _State) -> None:
@@ -167,6 +196,8 @@ def _run_block(body: tuple, scope: _Scope, state: _State, top: bool = False) -> 
     for stmt in body:
         try:
             last = _run_stmt(stmt, scope, state, top) or last
+        except _TooManyOps:
+            raise
         except (SpecError, _Poisoned) as exc:
             if isinstance(exc, SpecError):
                 state.errors.add(exc)
@@ -371,8 +402,7 @@ def _named_args(call, rule, numbers, named, state):
             hint = did_you_mean(name, rule.args) or did_you_mean(name, COMMON_KWARGS)
             raise fail(kw.span, f"{call.func}() has no argument '{name}'",
                        hint or f"arguments: {', '.join(allowed)}")
-    if call.func != "custom":
-        _check_positive_args(call, args, numbers, named, state)
+    _check_positive_args(call, args, numbers, named, state)
     for name in rule.args:
         if name not in args and name in rule.defaults:
             args[name] = sympy.Integer(rule.defaults[name])
@@ -384,27 +414,38 @@ def _named_args(call, rule, numbers, named, state):
 
 _FLAGS = ("bias", "tied", "sinks")  # 0 or 1
 _MAY_BE_ZERO = _FLAGS + ("window",)  # window = 0: full attention
+_CUSTOM_POSITIVE = ("width",)  # custom()'s other arguments are costs: 0 or more
 
 
 def _check_positive_args(call, args, numbers, named, state) -> None:
     """Op arguments such as heads must be positive numbers at the defaults (flags and a
-    window may be 0)."""
+    window may be 0, custom costs too), and stay so at any evaluated inputs."""
     nodes = dict(zip(OPS[call.func].args, (n for n, _ in numbers)))
     nodes.update({k: kw.value for k, (kw, _) in named.items()})
     for name, value in args.items():
+        zero_ok = name in _MAY_BE_ZERO or (call.func == "custom" and name not in _CUSTOM_POSITIVE)
+        what = f"{call.func}() argument '{name}'"
+        _require(state, "nonnegative" if zero_ok else "positive", value, what, nodes[name].span)
+        if name == "window":
+            _require(state, "whole", value, what, nodes[name].span)
         at = _at_defaults(value, state).subs({B: 1, T: 1, N: 1})
         if not at.is_number:
             continue
-        if at < 0 or (at == 0 and name not in _MAY_BE_ZERO):
-            zero = " (or 0)" if name in _MAY_BE_ZERO else ""
-            raise fail(nodes[name].span, f"{call.func}() argument '{name}' must be positive{zero}")
+        if at < 0 or (at == 0 and not zero_ok):
+            zero = " (or 0)" if zero_ok else ""
+            raise fail(nodes[name].span, f"{what} must be positive{zero}")
+        if name == "window" and not at.is_integer:
+            raise fail(nodes[name].span, f"{what} must be a whole number of tokens")
 
 
 def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
     if kw.name == "kernels":
         value = _number(kw.value, state)
-        if not _at_defaults(value, state) >= 0:
-            raise fail(kw.value.span, "kernels must be 0 or more")
+        at = _at_defaults(value, state)
+        if not at >= 0 or (at.is_number and not at.is_integer):
+            raise fail(kw.value.span, "kernels must be a whole number, 0 or more")
+        _require(state, "nonnegative", value, "kernels", kw.value.span)
+        _require(state, "whole", value, "kernels", kw.value.span)
         return value
     if kw.name == "blocks":  # thread blocks per launch (occupancy in `infest diagnose`)
         value = _number(kw.value, state)
@@ -443,6 +484,8 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     experts, top_k = args["experts"], args["top_k"]
     if not _at_defaults(top_k, state) <= _at_defaults(experts, state):
         raise fail(call.span, "top_k cannot exceed experts")
+    _require(state, "le", top_k, "top_k <= experts", call.span, experts,
+             "top_k cannot exceed experts")
     inner = scope.child(experts=(experts, top_k))
     last = _run_block(body, inner, state)
     if last is None:
@@ -451,7 +494,8 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
 
 
 def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -> Tensor:
-    name = _unique(scope.prefix + binding, state.nodes)
+    _check_op_limit(call, state)
+    name = _unique(scope.prefix + binding, state)
     cost, params, active = _routed(out.cost, out.params, scope)
     if "kernels" in common:
         cost = cost.replace(kernels=common["kernels"])
@@ -474,12 +518,26 @@ def _routed(cost: Cost, params: sympy.Expr, scope: _Scope):
     return scaled, params * experts, params * k
 
 
-def _unique(binding: str, taken: dict[str, OpNode]) -> str:
-    if binding not in taken:
+def _check_op_limit(call: ast.Call, state: _State) -> None:
+    """Stop before the graph passes MAX_OPS ops, at the innermost layer call."""
+    if len(state.nodes) < MAX_OPS:
+        return
+    chain = " -> ".join(state.calling)
+    where = f" while expanding layer {chain}" if chain else ""
+    span = state.call_spans[-1] if state.call_spans else call.span
+    diag = fail(span, f"the model has more than {MAX_OPS:,} ops (MAX_OPS){where}",
+                "layers that call other layers several times multiply; use `repeat`")
+    raise _TooManyOps(diag.diagnostics)
+
+
+def _unique(binding: str, state: _State) -> str:
+    """`binding`, or `binding#i` with the next free i (a per-name counter: linear time)."""
+    if binding not in state.nodes:
         return binding
-    i = 2
-    while f"{binding}#{i}" in taken:
+    i = state.suffixes.get(binding, 2)
+    while f"{binding}#{i}" in state.nodes:
         i += 1
+    state.suffixes[binding] = i + 1
     return f"{binding}#{i}"
 
 
@@ -510,11 +568,13 @@ def _call_layer(call: ast.Call, scope: _Scope, state: _State) -> Tensor:
     state.tensors = {"tokens": saved[0]["tokens"], **tensors}
     state.locals, state.poisoned = numbers, set()
     state.calling.append(call.func)
+    state.call_spans.append(call.span)
     try:
         last = _run_block(layer.body, scope.child(prefix=f"{scope.prefix}{call.func}."), state)
     finally:
         state.tensors, state.locals, state.poisoned = saved[:3]
         state.calling.pop()
+        state.call_spans.pop()
     if len(state.errors.diagnostics) > saved[3]:
         raise _Poisoned(call.func)  # the body's own errors say what went wrong
     if last is None:
@@ -584,6 +644,9 @@ def _positive_int(node: ast.Expr, state: _State, what: str) -> sympy.Expr:
         raise fail(node.span, f"{what} must be a whole number, got {float(value):g}")
     if value > _MAX_DIM:
         raise fail(node.span, f"absurdly large {what} ({float(value):.3g})")
+    _require(state, "positive", expr, what, node.span)
+    _require(state, "whole", expr, what, node.span)
+    _require(state, "le", expr, f"{what} <= 2^53", node.span, sympy.Integer(_MAX_DIM))
     return expr
 
 

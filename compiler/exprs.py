@@ -5,6 +5,7 @@ fields); `min`, `max`, `ceil`, `floor`, `sqrt`, `log2` are the only functions.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import sympy
@@ -20,6 +21,12 @@ _ARITY = {"ceil": 1, "floor": 1, "sqrt": 1, "log2": 1}
 # Anything bigger is a typo or an attack on the evaluator, not a model dimension.
 LIMIT = sympy.Integer(10) ** 30
 _MAX_EXPONENT = 64
+# Exact arithmetic has no size limit of its own: a tower of powers of 1.0001 stays below
+# LIMIT while its numerator grows 64-fold per level. Both limits are checked before the
+# number or expression is built.
+MAX_DIGITS = 1000          # digits of an exact value's numerator or denominator
+MAX_EXPR_NODES = 256       # nodes of one expression tree: ample for a line of a spec
+_DIGITS_PER_BIT = 0.30103  # log10(2)
 
 Lookup = Callable[[ast.Name], sympy.Expr]
 Numeric = Callable[[sympy.Expr], sympy.Expr]
@@ -52,16 +59,52 @@ def _binop(node: ast.BinOp, left: sympy.Expr, right: sympy.Expr, numeric: Numeri
     """Apply + - * / % ^ with checks for division by zero and runaway powers."""
     if node.op in "/%" and numeric(right) == 0:
         raise fail(node.right.span, "division by zero", "the divisor evaluates to 0")
+    _check_size(node, left, right)
     if node.op == "^":
         exponent = numeric(right)
         if exponent.is_number and abs(exponent) > _MAX_EXPONENT:
             raise fail(node.right.span, f"absurdly large exponent {exponent}",
                        f"exponents are limited to {_MAX_EXPONENT}")
+        _check_power_digits(node, numeric(left), exponent)
     result = {"+": lambda: left + right, "-": lambda: left - right,
               "*": lambda: left * right, "/": lambda: left / right,
               "%": lambda: sympy.Mod(left, right), "^": lambda: left ** right}[node.op]()
+    _check_power(node, result)
     _check_finite(node, result, numeric)
     return result
+
+
+@lru_cache(maxsize=65536)
+def tree_size(expr: sympy.Basic) -> int:
+    """Nodes of an expression counted as a tree (shared subtrees counted each time),
+    memoised so that sizing a freshly built expression only visits its new top."""
+    return 1 + sum(tree_size(a) for a in expr.args)
+
+
+def _check_size(node: ast.Expr, *operands: sympy.Expr) -> None:
+    """Refuse to build an expression bigger than MAX_EXPR_NODES."""
+    if 1 + sum(tree_size(e) for e in operands) > MAX_EXPR_NODES:
+        raise fail(node.span, f"expression too large (more than {MAX_EXPR_NODES:,} nodes, "
+                   "MAX_EXPR_NODES)", "params that use each other twice per step double in size")
+
+
+def _digits(value: sympy.Rational) -> float:
+    return max(int(value.p).bit_length(), int(value.q).bit_length()) * _DIGITS_PER_BIT
+
+
+def _check_power_digits(node: ast.BinOp, base: sympy.Expr, exponent: sympy.Expr) -> None:
+    """Refuse base^exponent whose exact value would pass MAX_DIGITS, before computing it."""
+    if base.is_Rational and exponent.is_number and _digits(base) * abs(exponent) > MAX_DIGITS:
+        raise fail(node.span, f"exact value too large (more than {MAX_DIGITS} digits, "
+                   "MAX_DIGITS)", "a power of a fraction grows its numerator and denominator")
+
+
+def _check_power(node: ast.BinOp, result: sympy.Expr) -> None:
+    """(x^64)^64 folds into x^4096: the folded exponent is limited like a written one."""
+    exponent = result.exp if isinstance(result, sympy.Pow) else None
+    if exponent is not None and exponent.is_number and abs(exponent) > _MAX_EXPONENT:
+        raise fail(node.span, f"absurdly large exponent {exponent} (powers of powers multiply)",
+                   f"exponents are limited to {_MAX_EXPONENT}")
 
 
 def _check_finite(node: ast.Expr, value: sympy.Expr, numeric: Numeric) -> None:
@@ -73,6 +116,9 @@ def _check_finite(node: ast.Expr, value: sympy.Expr, numeric: Numeric) -> None:
         raise fail(node.span, "the value is not finite", "check for a division by zero")
     if num.is_real is False:
         raise fail(node.span, "the value is not a real number")
+    if num.is_Rational and _digits(num) > MAX_DIGITS:
+        raise fail(node.span, f"exact value too large (more than {MAX_DIGITS} digits, "
+                   "MAX_DIGITS)", "repeated products of fractions grow without bound")
     if abs(num) > LIMIT:
         raise fail(node.span, f"absurdly large value ({float(num):.3g})",
                    "values must stay below 1e30")
@@ -88,6 +134,7 @@ def _call(node: ast.Call, lookup: Lookup, numeric: Numeric) -> sympy.Expr:
     if node.func in _ARITY and len(node.args) != _ARITY[node.func]:
         raise fail(node.span, f"{node.func}() takes {_ARITY[node.func]} argument")
     values = [to_sympy(a.value, lookup, numeric) for a in node.args]  # type: ignore[union-attr]
+    _check_size(node, *values)
     result = func(*values)
     _check_finite(node, result, numeric)
     return result

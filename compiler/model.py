@@ -174,7 +174,7 @@ def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
     """Largest batch per replica with weights + b * KV(N+T) <= capacity on each GPU (0 if
     the weights alone overflow); the global max_batch is dp times this."""
     if per_seq == 0:
-        return sympy.Integer(0)
+        return sympy.oo  # no KV cache: memory does not bound the batch
     return Max(0, sympy.floor(room / per_seq))
 
 
@@ -196,7 +196,7 @@ def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Exp
             fixed = sum((c * w for w, c in full), sympy.Integer(0))
             candidates.append((budget - fixed) / slope)
     if not candidates:
-        return sympy.Integer(0)
+        return sympy.oo  # no KV cache, or every layer windowed: the cache stops growing
     longest = sympy.floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
     return Max(0, longest - T if phase == "decode" else longest)
 
@@ -205,15 +205,26 @@ def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Ex
     """KV(L) -> (a, [(w, c_w)]) for a*L + sum c_w*Min(L, w)."""
     linear = sympy.Integer(0)
     windows: dict[sympy.Expr, sympy.Expr] = {}
-    for term in sympy.Add.make_args(sympy.expand(per_seq)):
-        mins = [f for f in sympy.Mul.make_args(term) if isinstance(f, sympy.Min) and L in f.args]
-        if mins:
-            (m,) = mins
-            w = next(a for a in m.args if a != L)
-            windows[w] = windows.get(w, sympy.Integer(0)) + term / m
+    for coeff, factor in _l_terms(per_seq):
+        if isinstance(factor, sympy.Min) and L in factor.args:
+            w = next(a for a in factor.args if a != L)
+            windows[w] = windows.get(w, sympy.Integer(0)) + coeff
         else:
-            linear += term / L
+            linear += coeff * factor / L
     return linear, sorted(windows.items(), key=lambda wc: sympy.default_sort_key(wc[0]))
+
+
+def _l_terms(per_seq: sympy.Expr) -> list[tuple[sympy.Expr, sympy.Expr]]:
+    """KV(L) as [(coefficient, L or Min(L, w))] without expanding the coefficients: a
+    user's kv_per_token = (hidden + B)^64 would expand into thousands of terms."""
+    out = []
+    for term in sympy.Add.make_args(per_seq):
+        coeff, factor = term.as_independent(L, as_Add=False)
+        if factor.is_Add:  # an op's cache that is itself a sum: split that sum only
+            out += [(coeff * c, f) for c, f in _l_terms(sympy.expand(factor, deep=False))]
+        else:
+            out.append((coeff, factor))
+    return out
 
 
 def _bound_terms(step: dict[str, sympy.Expr]) -> dict[str, sympy.Expr]:

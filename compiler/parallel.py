@@ -90,9 +90,10 @@ def shard(model: "CompiledModel", policy: Policy | None, links: Links) -> tuple[
     _finish_output(walk)
     _pipeline(walk)
     _global_constraints(walk)
-    sharded = replace(model, ops=walk.ops)
+    layout = tuple(walk.constraints.values())
+    sharded = replace(model, ops=walk.ops, constraints=[*model.constraints, *layout])
     sharded.__dict__.pop("graph", None)  # a cached graph of the unsharded ops
-    return sharded, Layout(policy.name if policy else None, tuple(walk.constraints.values()))
+    return sharded, Layout(policy.name if policy else None, layout)
 
 
 # ---- placing one op ----------------------------------------------------------------

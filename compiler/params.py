@@ -17,6 +17,9 @@ from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
 from infest.compiler.exprs import LIMIT, names_in, to_sympy
 from infest.compiler.symbols import BUILTINS, sym
 
+# A workbook names each input `in_<name>`; Excel's defined names are at most 255 characters.
+MAX_NAME_CHARS = 255 - len("in_")
+
 
 @dataclass(frozen=True)
 class Param:
@@ -60,6 +63,22 @@ def _check_name(stmt: ast.Assign, seen: dict, reserved: set[str], errors: Collec
     if stmt.target in BUILTINS or stmt.target in reserved:
         errors.add(fail(stmt.target_span, f"'{stmt.target}' is a reserved name",
                         "B, N, T and hardware field names cannot be model params"))
+    elif (other := _same_but_case(stmt.target, seen, reserved)) is not None:
+        errors.add(fail(stmt.target_span, f"param '{stmt.target}' differs from '{other}' only "
+                        "in case", f"workbook names ignore case: in_{stmt.target} and "
+                        f"in_{other} would be one name; rename one"))
+    if len(stmt.target) > MAX_NAME_CHARS:
+        errors.add(fail(stmt.target_span, f"param name of {len(stmt.target)} characters is "
+                        f"longer than {MAX_NAME_CHARS} (MAX_NAME_CHARS)",
+                        "a workbook names it in_<name>, and Excel allows 255 characters"))
+
+
+def _same_but_case(name: str, seen: dict, reserved: set[str]) -> str | None:
+    """An earlier param, builtin or hardware field equal to `name` ignoring case."""
+    for other in list(seen) + list(BUILTINS) + sorted(reserved):
+        if other != name and other.lower() == name.lower():
+            return other
+    return None
 
 
 def _dependency_order(by_name: dict[str, ast.Assign], errors: Collector) -> list[str]:

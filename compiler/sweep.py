@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.evaluate import Input, step_bound
-from infest.compiler.model import MEMORY_KEYS, STEP_KEYS
+from infest.compiler.finite import check_finite
+from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
 from infest.dsl.errors import did_you_mean, fail
 from infest.dsl.units import COUNT, parse_number, parse_value
 
@@ -28,7 +29,10 @@ if TYPE_CHECKING:
 
 LIST_HINT = "LIST is 1,8,32 or a..b (every integer) or a..b:x2 (geometric); units: 1k..128k:x2"
 MAX_VALUES = 10_000_000      # per axis: a typo like 1..1e12 must fail, not exhaust memory
-MAX_CELLS = 10_000_000       # the grid holds every B,N-dependent form: ~3 GB at 10^7 cells
+# Each cell costs ~50 bytes evaluated and ~300 bytes printed (CSV/JSON, built in memory):
+# 2^21 cells stay within a few hundred MB; a bigger grid is refused, not thrashed.
+MAX_CELLS = 2**21
+CHUNK_CELLS = 2**16          # rows are evaluated this many cells at a time (bounded temporaries)
 _RANGE = re.compile(r"^(?P<a>[^.]+)\.\.(?P<b>[^:]+?)(?::(?P<op>.?)(?P<step>.*))?$")
 
 
@@ -146,39 +150,68 @@ def _keys(section: str) -> tuple[str, ...]:
 
 
 def grid_values(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
-                Ns: list[int], over: tuple[str, list[int]] | None = None
+                Ns: list[int], keys: frozenset[str] | None = None
                 ) -> tuple[list[Input], dict[str, Any]]:
-    """Every flat form on the grid (B a column, N a row; with `over`, one B x N grid per
-    value of another input along a leading axis) and the inputs used, in one call."""
-    _check_grid(overrides, Bs, Ns, over)
-    first = {over[0]: over[1][0]} if over else {}
-    inputs = analysis.inputs({**overrides, "B": Bs[0], "N": Ns[0], **first})
+    """Flat forms (every one, or only `keys`) on the grid (B a column, N a row) and the
+    inputs used; constraints and finiteness are checked at every cell. Every form is
+    computed with the one function `infest eval` uses (so cells equal it exactly), in
+    blocks of rows; only `keys` are kept."""
+    _check_grid(overrides, Bs, Ns)
+    inputs = analysis.inputs({**overrides, "B": Bs[0], "N": Ns[0]})
     point = {i.name: float(i.value) for i in inputs}
     # Same float conversion as Analysis.evaluate, so a cell equals `infest eval` there.
-    lead = (None,) if over else ()
-    point["B"] = np.asarray(Bs, dtype=float)[(*lead, slice(None), None)]
-    point["N"] = np.asarray(Ns, dtype=float)[(*lead, None, slice(None))]
-    if over:
-        point[over[0]] = np.asarray(over[1], dtype=float)[:, None, None]
+    point["B"] = np.asarray(Bs, dtype=float)[:, None]
+    point["N"] = np.asarray(Ns, dtype=float)[None, :]
     analysis.check(point)
-    values = analysis.compiled([i.name for i in inputs])(point)
+    compiled = analysis.compiled([i.name for i in inputs])
+    values = _by_rows(compiled, point, len(Bs), len(Ns), keys)
+    layout = [(k, e) for k, e in compiled.layout if k in values]
+    check_finite(layout, values, analysis.model.ops, point)
     return [i for i in inputs if i.name not in ("B", "N")], values
 
 
-def _check_grid(overrides: Mapping[str, Any], Bs: list[int], Ns: list[int],
-                over: tuple[str, list[int]] | None) -> None:
-    for name in ("B", "N") + ((over[0],) if over else ()):
+def _by_rows(fn: Any, point: dict[str, Any], rows: int, cols: int,
+             keys: frozenset[str] | None) -> dict[str, Any]:
+    """fn over the grid in blocks of rows of about CHUNK_CELLS cells: numpy's temporaries
+    (one per common subexpression) stay small however large the grid."""
+    step = max(1, CHUNK_CELLS // cols)
+    if step >= rows:
+        return {k: v for k, v in fn(point).items() if keys is None or k in keys}
+    out: dict[str, np.ndarray] = {}
+    for lo in range(0, rows, step):
+        block = fn({**point, "B": point["B"][lo:lo + step]})
+        for key, value in block.items():
+            if keys is not None and key not in keys:
+                continue
+            value = np.broadcast_to(value, (min(step, rows - lo), cols))
+            if key not in out:
+                out[key] = np.empty((rows, cols), dtype=value.dtype)
+            out[key][lo:lo + step] = value
+    return out
+
+
+def _check_grid(overrides: Mapping[str, Any], Bs: list[int], Ns: list[int]) -> None:
+    for name in ("B", "N"):
         if name in overrides:
             raise fail(None, f"--set {name} conflicts with the swept {name}",
                        f"drop --set {name}; give its values as a LIST")
-    if over and over[0] in ("B", "N"):
-        raise fail(None, f"--over {over[0]}: sweep it with --{over[0]}")
     if not Bs or not Ns:
         raise fail(None, "a sweep needs at least one B and one N", LIST_HINT)
-    cells = len(Bs) * len(Ns) * (len(over[1]) if over else 1)
-    if cells > MAX_CELLS:
-        raise fail(None, f"{cells:,} points is more than {MAX_CELLS:,}",
-                   "use a geometric range (a..b:x2) or a coarser step (a..b:+64)")
+    if len(Bs) * len(Ns) > MAX_CELLS:
+        raise fail(None, f"{len(Bs):,} x {len(Ns):,} points is more than {MAX_CELLS:,} "
+                   "(MAX_CELLS)", "use a geometric range (a..b:x2) or a coarser step (a..b:+64)")
+
+
+def _check_over(overrides: Mapping[str, Any], over: tuple[str, list[int]], cells: int) -> None:
+    """The extra axis must be a free input, and all its grids together stay in MAX_CELLS."""
+    name, values = over
+    if name in ("B", "N"):
+        raise fail(None, f"--over {name}: sweep it with --{name}")
+    if name in overrides:
+        raise fail(None, f"--set {name} conflicts with --over {name}", f"drop --set {name}")
+    if cells * len(values) > MAX_CELLS:
+        raise fail(None, f"{cells * len(values):,} points is more than {MAX_CELLS:,} "
+                   "(MAX_CELLS)", "fewer --over values or a coarser grid")
 
 
 def parse_over(text: str) -> tuple[str, list[int]]:
@@ -198,22 +231,24 @@ def sweep(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
 def sweep_over(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
                Ns: list[int], metric: str = "tokens_per_s",
                over: tuple[str, list[int]] | None = None) -> list[Sweep]:
-    """One B x N Sweep per value of `over` (a single one without it), in one call."""
+    """One B x N Sweep per value of `over` (a single one without it); each grid in one
+    vectorised evaluation."""
     key = resolve_metric(metric)
-    inputs, values = grid_values(analysis, overrides, Bs, Ns, over)
-    shape = (len(over[1]) if over else 1, len(Bs), len(Ns))
-    cells = _full(step_bound(values) if key == "bound" else values[key], shape)
-    fits = _full(values["memory.fits"], shape).astype(bool)
-    return [Sweep(key, np.asarray(Bs), np.asarray(Ns), cells[k], fits[k],
-                  _with(inputs, over, k)) for k in range(shape[0])]
+    if over:
+        _check_over(overrides, over, len(Bs) * len(Ns))
+    grids = [{**overrides, over[0]: v} for v in over[1]] if over else [overrides]
+    return [_sweep_one(analysis, fixed, Bs, Ns, key) for fixed in grids]
 
 
-def _with(inputs: list[Input], over: tuple[str, list[int]] | None, k: int) -> list[Input]:
-    """The fixed inputs of the k-th grid: the `over` input at its k-th value."""
-    if over is None:
-        return inputs
-    name, values = over
-    return [Input(i.name, i.kind, Fraction(values[k])) if i.name == name else i for i in inputs]
+def _sweep_one(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+               Ns: list[int], key: str) -> Sweep:
+    needed = {f"bound.{k}" for k in BOUND_TERMS} | {"step.time_s"} if key == "bound" else {key}
+    inputs, values = grid_values(analysis, overrides, Bs, Ns,
+                                 frozenset(needed | {"memory.fits"}))
+    shape = (len(Bs), len(Ns))
+    cells = step_bound(values) if key == "bound" else values[key]
+    return Sweep(key, np.asarray(Bs), np.asarray(Ns), _full(cells, shape),
+                 _full(values["memory.fits"], shape).astype(bool), inputs)
 
 
 def _full(array: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from infest.exports.common import add_spec_args, make_analysis, parse_sets
 from infest.exports.plots import PLOT_KINDS, check_plot_path
@@ -59,10 +60,14 @@ def _print(analysis: "Analysis", results: list["Sweep"], args: argparse.Namespac
            axis: str | None) -> None:
     """One table, CSV block or JSON object per grid (the `--over` axis, if any, first)."""
     if args.csv:
-        print("".join(to_csv(r, axis, header=k == 0) for k, r in enumerate(results)), end="")
+        for k, r in enumerate(results):
+            sys.stdout.writelines(csv_rows(r, axis, header=k == 0))
     elif args.json:
-        docs = [to_json(analysis, r) for r in results]
-        print(json.dumps(docs[0] if axis is None else {"over": axis, "grids": docs}))
+        if axis:
+            sys.stdout.write(f'{{"over": {json.dumps(axis)}, "grids": [')
+        for k, r in enumerate(results):
+            sys.stdout.writelines(([", "] if k else []) + list(json_parts(analysis, r)))
+        print("]}" if axis else "")
     else:
         print("\n\n".join(to_table(analysis, r, axis) for r in results))
 
@@ -87,26 +92,35 @@ def metric_unit(key: str) -> str:
 
 def _cell_texts(result: "Sweep") -> list[list[Any]]:
     """Python values per cell: int for counts, bool for fits, None for inf/nan, str bound."""
-    rows = result.values.tolist()
+    return [_row_texts(result, i) for i in range(len(result.B))]
+
+
+def _row_texts(result: "Sweep", i: int) -> list[Any]:
+    """One row of _cell_texts (rows one at a time keep a large sweep's output small)."""
+    row = result.values[i].tolist()
     if result.metric == "bound" or result.values.dtype == bool:
-        return rows
+        return row
     if result.metric in _INT_METRICS:
-        return [[int(v) if math.isfinite(v) else None for v in row] for row in rows]
-    return [[v if math.isfinite(v) else None for v in row] for row in rows]
+        return [int(v) if math.isfinite(v) else None for v in row]
+    return [v if math.isfinite(v) else None for v in row]
 
 
-def to_csv(result: "Sweep", axis: str | None = None, header: bool = True) -> str:
-    """Long format, one line per point: B,N,<metric>,fits (base units); with an `--over`
-    axis a leading column holds its value."""
-    cells, fits = _cell_texts(result), result.fits.tolist()
-    Bs, Ns = result.B.tolist(), result.N.tolist()
+def csv_rows(result: "Sweep", axis: str | None = None, header: bool = True) -> Iterator[str]:
+    """The CSV text in pieces (header, then a B row of points at a time), for streaming;
+    with an `--over` axis a leading column holds its value."""
     lead = f"{_fixed(result, axis)}," if axis else ""
-    lines = [f"{axis + ',' if axis else ''}B,N,{metric_label(result.metric)},fits"] if header else []
-    for i, b in enumerate(Bs):  # formatting, not evaluation: the values are already there
-        row, frow = cells[i], fits[i]
-        lines += [f"{lead}{b},{n},{_csv_value(row[j])},{'true' if frow[j] else 'false'}"
-                  for j, n in enumerate(Ns)]
-    return "\n".join(lines) + "\n"
+    if header:
+        yield f"{axis + ',' if axis else ''}B,N,{metric_label(result.metric)},fits\n"
+    Ns = result.N.tolist()
+    for i, b in enumerate(result.B.tolist()):  # formatting, not evaluation
+        row, frow = _row_texts(result, i), result.fits[i].tolist()
+        yield "".join(f"{lead}{b},{n},{_csv_value(row[j])},{'true' if frow[j] else 'false'}\n"
+                      for j, n in enumerate(Ns))
+
+
+def to_csv(result: "Sweep") -> str:
+    """Long format, one line per point: B,N,<metric>,fits (base units)."""
+    return "".join(csv_rows(result))
 
 
 def _fixed(result: "Sweep", name: str) -> Any:
@@ -123,15 +137,33 @@ def _csv_value(v: Any) -> str:
 
 def to_json(analysis: "Analysis", result: "Sweep") -> dict:
     """Model, hardware, phase, metric, fixed inputs, the axes and every point."""
-    label, cells, fits = metric_label(result.metric), _cell_texts(result), result.fits.tolist()
-    Bs, Ns = result.B.tolist(), result.N.tolist()
+    head = _json_head(analysis, result)
+    head["points"] = [p for i in range(len(result.B)) for p in _json_points(result, i)]
+    return head
+
+
+def json_parts(analysis: "Analysis", result: "Sweep") -> Iterator[str]:
+    """json.dumps(to_json(...)) in pieces, a B row of points at a time, for streaming."""
+    yield json.dumps(_json_head(analysis, result))[:-1] + ', "points": ['
+    for i in range(len(result.B)):
+        yield (", " if i else "") + ", ".join(json.dumps(p) for p in _json_points(result, i))
+    yield "]}"
+
+
+def _json_head(analysis: "Analysis", result: "Sweep") -> dict:
     return {"model": analysis.forms.model.name,
             "hardware": analysis.hardware.name if analysis.hardware else None,
-            "phase": analysis.forms.phase, "metric": label, "unit": metric_unit(result.metric),
+            "phase": analysis.forms.phase, "metric": metric_label(result.metric),
+            "unit": metric_unit(result.metric),
             "inputs": {i.name: _plain(i.value) for i in result.inputs},
-            "B": Bs, "N": Ns,
-            "points": [{"B": b, "N": n, label: cells[i][j], "fits": fits[i][j]}
-                       for i, b in enumerate(Bs) for j, n in enumerate(Ns)]}
+            "B": result.B.tolist(), "N": result.N.tolist()}
+
+
+def _json_points(result: "Sweep", i: int) -> list[dict]:
+    label, b = metric_label(result.metric), int(result.B[i])
+    row, frow = _row_texts(result, i), result.fits[i].tolist()
+    return [{"B": b, "N": n, label: row[j], "fits": frow[j]}
+            for j, n in enumerate(result.N.tolist())]
 
 
 def _plain(value: Any) -> int | float:

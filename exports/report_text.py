@@ -29,6 +29,14 @@ def op_rows(result: dict) -> list[list[str]]:
     return rows
 
 
+def _limit(value: int | None, memory: dict) -> str:
+    """A max_batch / max_context figure; null in JSON means memory never binds it."""
+    if value is not None:
+        return str(value)
+    why = "no KV cache" if memory["kv_bytes_per_token"] == 0 else "KV cache windowed"
+    return f"unbounded ({why})"
+
+
 def summary_rows(result: dict) -> list[list[str]]:
     """Params, memory and step figures as (what, value) rows."""
     p, m, s = result["params"], result["memory"], result["step"]
@@ -42,8 +50,8 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["memory total / capacity", f"{bytes_both(m['total_bytes_per_gpu'])} / {bytes_both(m['capacity_bytes'])}"
          + (" per GPU" if result["parallel"]["gpus"] > 1 else "")],
         ["fits", fits],
-        ["max batch at this N", str(m["max_batch"])],
-        ["max context at this B", str(m["max_context"])],
+        ["max batch at this N", _limit(m["max_batch"], m)],
+        ["max context at this B", _limit(m["max_context"], m)],
         ["step FLOPs / bytes", f"{si(s['flops'], 'FLOP')} / {si(s['bytes'], 'B')}"],
         ["  weights / KV / activations", f"{si(s['weight_bytes'], 'B')} / {si(s['kv_bytes'], 'B')} / {si(s['act_bytes'], 'B')}"],
         [" / ".join(f"t_{t.name}" for t in TIME_TERMS),

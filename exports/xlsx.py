@@ -292,7 +292,12 @@ def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
         return f"={excel_formula_split(tokens, b.names, b._helper)}/out_time_s"
     if section == "memory" and key == "fits":
         return "=out_total_bytes<=out_capacity_bytes"
+    if expr == sympy.oo:  # max_batch / max_context that memory never bounds
+        return UNBOUNDED_TEXT
     return b.formula(expr)
+
+
+UNBOUNDED_TEXT = "unbounded (KV cache does not grow)"
 
 
 def _name_of(section: str, key: str) -> str:

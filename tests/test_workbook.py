@@ -54,11 +54,15 @@ CASES = [
     ("llama3_1_8b.arch", "h100_sxm", "decode", {"B": 48, "N": 30000, "mem_bw": 2.5e12}),
     ("llama3_1_8b.arch", "h200_sxm", "prefill", {"B": 3, "N": 8192}),
     ("qwen3_30b_a3b.arch", "gh200", "decode", {"B": 64, "N": 16384, "top_k": 4}),
+    # Layouts edited in the workbook: tp and pp (tp x pp = 16 > 8 per node: the network).
+    ("llama3_1_8b.arch", "h100_sxm", "decode", {"tp": 8, "pp": 2, "B": 16}),
+    ("qwen3_30b_a3b.arch", "h200_sxm", "decode", {"tp": 4, "ep": 4, "B": 8}),
 ]
 
 
 @pytest.mark.parametrize("spec,hw,phase,edits", CASES,
-                         ids=["llama-defaults", "llama-edited", "llama-prefill", "qwen3-moe"])
+                         ids=["llama-defaults", "llama-edited", "llama-prefill", "qwen3-moe",
+                              "llama-tp8-pp2", "qwen3-tp4-ep4"])
 def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, phase: str,
                               edits: dict) -> None:
     analysis = analyze(MODELS / spec, hw=hw, phase=phase)

@@ -1,0 +1,213 @@
+"""Several GPUs: layouts, per-GPU memory and collectives counted from the graph.
+
+Every expected number is derived by hand in the comments from the published configs
+(the shipped specs' dimensions) and the shipped hardware's link numbers.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from infest.compiler.api import analyze
+from infest.dsl.errors import SpecError
+from infest.exports.cli import main
+
+MODELS = Path(__file__).parents[1] / "specs" / "models"
+LLAMA8, LLAMA70 = MODELS / "llama3_1_8b.arch", MODELS / "llama3_1_70b.arch"
+QWEN, DEEPSEEK = MODELS / "qwen3_30b_a3b.arch", MODELS / "deepseek_v3.arch"
+
+
+def _calls(result: dict, kind: str, group: str | None = None) -> int:
+    return sum(o["count"] for o in result["ops"]
+               if o["kind"] == kind and (group is None or o["group"] == group))
+
+
+def test_llama_8b_tp2_reduces_twice_per_layer_and_halves_its_shards() -> None:
+    r = analyze(LLAMA8, hw="h100_sxm").evaluate({"tp": 2})
+    # Megatron: after the attention output projection and after the MLP down projection,
+    # 2 x 32 layers = 64 all-reduces of B*T x 4096 bf16 = 1 x 4096 x 2 = 8192 bytes each.
+    layers = [o for o in r["ops"] if o["kind"] == "all_reduce" and o["group"] != "embedding"]
+    assert sum(o["count"] for o in layers) == 64
+    assert {o["bytes"] for o in layers} == {8192}
+    # The vocab-parallel embedding sums its partial lookups once (vLLM's
+    # VocabParallelEmbedding), and the split logits are gathered: 128256 x 2 bytes.
+    assert _calls(r, "all_reduce", "embedding") == 1
+    assert [o["bytes"] for o in r["ops"] if o["kind"] == "all_gather"] == [128256 * 2]
+    assert r["step"]["collectives"] == 66
+    m = r["memory"]
+    # Weights 2 x 8,030,261,248 bytes; the 32 x 2 + 1 norm vectors of 4096 (266,240
+    # params, 532,480 bytes) stay whole on both GPUs, the rest is halved.
+    assert m["weights_bytes_per_gpu"] == (2 * 8_030_261_248 - 532_480) / 2 + 532_480
+    # 8 KV heads over 2 GPUs: 4 each, half of 131,072 bytes per token, N + T = 4097 tokens.
+    assert m["kv_bytes_per_gpu"] == 131_072 / 2 * 4097
+    assert r["parallel"] == {"tp": 2, "ep": 1, "pp": 1, "dp": 1, "gpus": 2, "policy": "full"}
+
+
+def test_llama_8b_tp2_comm_time_is_alpha_beta_over_nvlink() -> None:
+    r = analyze(LLAMA8, hw="h100_sxm").evaluate({"tp": 2})
+    # All-reduce over 2 GPUs: 5 us + 2(2-1)/2 x 8192 B / 450 GB/s; 65 calls.
+    # All-gather of the logits: 5 us + (2-1)/2 x 256512 B / 450 GB/s; 1 call.
+    ar = 5e-6 + 1.0 * 8192 / 450e9
+    ag = 5e-6 + 0.5 * 256_512 / 450e9
+    assert r["step"]["t_comm_s"] == pytest.approx(65 * ar + ag, rel=1e-12)
+
+
+def test_kv_heads_stop_splitting_at_tp_equal_kv_heads() -> None:
+    a = analyze(LLAMA8, hw="h100_sxm")
+    kv8, kv16 = (a.evaluate({"tp": t, "B": 16})["memory"]["kv_bytes_per_gpu"] for t in (8, 16))
+    # 8 KV heads: at tp=8 one head per GPU; at tp=16 each head is held by 2 GPUs.
+    assert kv16 == kv8 == 16 * 4097 * 131_072 / 8
+
+
+def test_llama_70b_tp8_pp2_memory_per_gpu_and_stage_hand_off() -> None:
+    r = analyze(LLAMA70, hw="h100_sxm").evaluate({"tp": 8, "pp": 2})
+    # Params: 2 x 128256 x 8192 (embedding, head) + 80 x (2 x 8192 x 8192 (q, o)
+    # + 2 x 8192 x 1024 (k, v) + 3 x 8192 x 28672 (MLP) + 2 x 8192 (norms)) + 8192.
+    params = 2 * 128256 * 8192 + 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672
+                                       + 2 * 8192) + 8192
+    norms = (80 * 2 + 1) * 8192
+    assert r["params"]["total"] == params == 70_553_706_496
+    # Each GPU holds 1/8 of the split weights of one of 2 stages, the norms whole.
+    per_gpu = (2 * (params - norms) / 8 + 2 * norms) / 2
+    assert r["memory"]["weights_bytes_per_gpu"] == pytest.approx(per_gpu, rel=1e-12)
+    # KV: 80 x 2 x 8 x 128 x 2 = 327,680 bytes per token; 8 KV heads over 8, 2 stages.
+    assert r["memory"]["kv_bytes_per_gpu"] == pytest.approx(327_680 / 8 / 2 * 4097, rel=1e-12)
+    hand_off = [o for o in r["ops"] if o["kind"] == "send_recv"]
+    # pp - 1 = 1 hand-off of the residual stream, 1 x 8192 x 2 bytes; tp x pp = 16 GPUs
+    # span 2 nodes of 8, so it crosses the 50 GB/s network: 10 us + 16384 / 50e9.
+    assert [(o["count"], o["bytes"]) for o in hand_off] == [(1, 16_384)]
+    assert hand_off[0]["time_s"] == pytest.approx(10e-6 + 16_384 / 50e9, rel=1e-12)
+    assert r["parallel"]["gpus"] == 16
+
+
+def test_a_tp_group_spanning_two_nodes_uses_the_network() -> None:
+    r = analyze(LLAMA8, hw="h100_sxm").evaluate({"tp": 16, "B": 16})
+    # 16 GPUs > 8 per node: 10 us + 2(15/16) x (16 x 4096 x 2) B / 50 GB/s per all-reduce.
+    ar = [o for o in r["ops"] if o["kind"] == "all_reduce"][0]
+    assert ar["time_s"] == pytest.approx(10e-6 + 2 * 15 / 16 * 131_072 / 50e9, rel=1e-12)
+
+
+def test_qwen3_expert_parallel_dispatch_and_combine_bytes_from_top_k() -> None:
+    # Attention data parallel over 8 replicas, experts over ep = 8 (policy full): the
+    # expert layer spans the 8 GPUs; each GPU sends its B / 8 = 8 tokens x top_k 8 copies
+    # x hidden 2048 x 2 bytes = 262,144 bytes per dispatch, and the same back (combine).
+    r = analyze(QWEN, hw="h200_sxm").evaluate({"ep": 8, "dp": 8, "B": 64})
+    a2a = [o for o in r["ops"] if o["kind"] == "all_to_all"]
+    assert [(o["name"], o["count"], o["bytes"]) for o in a2a] == [
+        ("g.dispatch", 48, 262_144), ("m.combine", 48, 262_144)]
+    # tp = 1: attention is not split, so nothing else communicates.
+    assert r["step"]["collectives"] == 96
+    # all-to-all over 8 in one node: 5 us + 7/8 x 262144 / 450 GB/s per call.
+    assert a2a[0]["time_s"] == pytest.approx(5e-6 + 7 / 8 * 262_144 / 450e9, rel=1e-12)
+
+
+def test_qwen3_experts_only_reduces_once_per_moe_layer() -> None:
+    r = analyze(QWEN, hw="h200_sxm", policy="experts_only").evaluate({"tp": 4, "ep": 4})
+    # Tokens replicated: each GPU computes its 128 / 4 experts for the token and one
+    # all-reduce of 1 x 2048 x 2 bytes per layer sums the partial outputs: 48 calls.
+    assert [(o["kind"], o["count"], o["bytes"]) for o in r["ops"]
+            if o["kind"] in ("all_reduce", "all_gather", "all_to_all")] == [
+        ("all_reduce", 48, 4096)]
+
+
+def test_deepseek_experts_only_communicates_in_moe_layers_only() -> None:
+    r = analyze(DEEPSEEK, hw="h200_sxm", policy="experts_only").evaluate({"tp": 8, "ep": 8})
+    # 61 layers, the first 3 dense: one all-reduce per MoE layer, none for dense ones.
+    assert r["step"]["collectives"] == 61 - 3 == _calls(r, "all_reduce")
+
+
+def test_deepseek_full_counts_every_collective_from_the_graph() -> None:
+    r = analyze(DEEPSEEK, hw="h200_sxm").evaluate({"tp": 8, "ep": 8, "B": 8})
+    # all-reduce: the attention output projection of 61 layers, the down projection of the
+    # 3 dense MLPs, the shared expert of 58 MoE layers, the vocab-parallel embedding.
+    assert _calls(r, "all_reduce") == 61 + 3 + 58 + 1
+    # all-to-all: dispatch and combine in each MoE layer; all-gather: the tokens after
+    # each combine, and the logits once.
+    assert _calls(r, "all_to_all") == 2 * 58
+    assert _calls(r, "all_gather") == 58 + 1
+
+
+BIG = """
+# A 1T-parameter dense model in bf16 (the DOMAIN check): 270 layers of two linears,
+# 21504 -> 86016 -> 21504 (21504 = 21 x 1024 so that 21 GPUs split it evenly).
+model big {
+  hidden = 21504; ffn = 86016; layers = 270
+  policy full { split mlp over tp }
+  x = embed(tokens, 21 -> hidden)                     group embedding
+  repeat layers {
+    u = linear(x, hidden -> ffn)                      group mlp
+    x = linear(u, ffn -> hidden)
+  }
+}
+"""
+
+
+def test_a_1t_dense_model_needs_21_gh200s_and_reads_its_weights_in_24_ms(tmp_path: Path) -> None:
+    spec = tmp_path / "big.arch"
+    spec.write_text(BIG)
+    a = analyze(spec, hw="gh200")
+    params = 270 * 2 * 21504 * 86016           # 998,831,554,560 ~ 1T
+    assert a.evaluate({})["params"]["total"] == params + 21 * 21504
+    # 2 bytes each: 1.998 TB / 96 GB = 20.8 -> 21 GPUs just to hold the weights.
+    from infest.compiler.capacity import capacity
+    assert capacity(a, {})["gpus_to_hold_weights"] == 21 == math.ceil(2 * params / 96e9)
+    # Each of 21 GPUs reads its 1/21 of the weights per token at 4.0 TB/s: ~23.8 ms.
+    floor = a.evaluate({"tp": 21})["step"]["weights_floor_s"]
+    assert floor == pytest.approx(2 * params / 21 / 4.0e12, rel=1e-12)
+    assert floor == pytest.approx(0.0238, abs=0.0001)
+
+
+@pytest.mark.parametrize("sets,message", [
+    ({"tp": 3}, "tp divides"),                    # 32 heads, 4096 columns: not by 3
+    ({"ep": 3}, "ep divides the experts"),        # 128 experts
+    ({"pp": 49}, "pp <= the model's layers"),     # 48 layers
+    ({"dp": 2}, "dp divides the batch B"),        # B = 1
+])
+def test_bad_layouts_are_located_errors(sets: dict, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        analyze(QWEN, hw="h200_sxm").evaluate(sets)
+    assert message in str(info.value)
+
+
+def test_missing_links_refuse_a_layout_but_not_one_gpu(tmp_path: Path, capsys) -> None:
+    hw = tmp_path / "bare.arch"
+    hw.write_text('hardware bare { mem_capacity = 80 GB; mem_bw = 3 TB/s\n'
+                  '  flops_bf16 = 900 TFLOP/s; launch_overhead = 4 us }\n')
+    assert main(["eval", str(LLAMA8), "--hw", str(hw)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(LLAMA8), "--hw", str(hw), "--set", "tp=2"]) == 1
+    err = capsys.readouterr().err
+    assert "needs links" in err and "link_bw" in err and "Traceback" not in err
+
+
+def test_one_gpu_has_no_collectives_and_unchanged_numbers() -> None:
+    r = analyze(LLAMA8, hw="h100_sxm").evaluate({})
+    assert r["step"]["collectives"] == 0 and r["step"]["t_comm_s"] == 0
+    assert not [o for o in r["ops"] if o["kind"] in ("all_reduce", "all_gather", "send_recv")]
+    # Per-GPU memory is the whole model's on one GPU.
+    assert r["memory"]["total_bytes_per_gpu"] == r["memory"]["total_bytes"]
+
+
+def test_unknown_policy_and_bad_split_are_located(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="declares no such policy"):
+        analyze(LLAMA8, hw="h100_sxm", policy="fulll")
+    spec = tmp_path / "m.arch"
+    spec.write_text("model m {\n  hidden = 64\n  policy p { split atention over tp }\n"
+                    "  x = embed(tokens, 10 -> hidden) group attention\n}\n")
+    with pytest.raises(SpecError) as info:
+        analyze(spec)
+    assert f"{spec}:3:14: error: no op is in group 'atention'" in str(info.value)
+
+
+def test_sweep_over_tp_equals_eval(capsys) -> None:
+    assert main(["sweep", str(LLAMA70), "--hw", "h100_sxm", "--B", "1,8", "--N", "4k",
+                 "--over", "tp=2,4,8", "--metric", "time_s", "--csv"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[0] == "tp,B,N,time_s,fits" and len(rows) == 1 + 3 * 2
+    a = analyze(LLAMA70, hw="h100_sxm")
+    for row in rows[1:]:
+        tp, b, n, t, _ = row.split(",")
+        want = a.evaluate({"tp": int(tp), "B": int(b), "N": int(n)})["step"]["time_s"]
+        assert float(t) == want

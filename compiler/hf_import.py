@@ -486,7 +486,7 @@ def _modelopt(cfg: Config, q: Mapping[str, Any], base: str, where: str) -> Forma
 def render(arch: Arch) -> str:
     """The spec text: header comments, params, dtypes, embedding, layers, LM head."""
     lines = _header(arch) + [f'model {arch.name} "{arch.title}" {{']
-    lines += _param_lines(arch) + [_dtype_line(arch.formats), ""]
+    lines += _param_lines(arch) + [_dtype_line(arch.formats)] + _policy_lines(arch) + [""]
     lines.append(_op("x = embed(tokens, vocab -> hidden" + _kw(arch, "embed") + ")", 1,
                      group="embedding"))
     for count, kinds in _runs(arch):
@@ -494,6 +494,19 @@ def render(arch: Arch) -> str:
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
     lines.append(_op(head + _kw(arch, "lm_head") + ")", 1, group="lm_head"))
     return "\n".join(lines + ["}", ""])
+
+
+def _policy_lines(arch: Arch) -> list[str]:
+    """The shipped specs' policies: `full` (Megatron tensor parallel; routed experts over
+    ep with dispatch and combine) and, for MoE, `experts_only`."""
+    groups = ["embedding", "attention"] + (["mlp"] if arch.ffn else [])
+    if arch.experts and arch.experts.shared_ffn:
+        groups.append("shared_expert")
+    split = f"split {', '.join(groups + ['lm_head'])} over tp"
+    if not arch.experts:
+        return [f"  policy full {{ {split} }}"]
+    return ["  policy full {", f"    {split}", "    split experts over ep by all_to_all", "  }",
+            "  policy experts_only { split experts over ep }"]
 
 
 def _header(arch: Arch) -> list[str]:
@@ -689,17 +702,18 @@ def _mla_lines(arch: Arch) -> list[str]:
     kw = _kw(arch, "attention")
     q_out = "heads * (nope_dim + rope_dim)"
     if arch.attention.mla and arch.attention.mla["q_lora_rank"] is not None:
-        lines = [_op(f"cq = linear(h, hidden -> q_lora_rank{kw})", 2, group="attention"),
+        # The latent down-projections stay whole under tensor parallel, as in engines.
+        lines = [_op(f"cq = linear(h, hidden -> q_lora_rank{kw})", 2, group="latent"),
                  _op("cq = rmsnorm(cq)", 2, comment="q_a_layernorm"),
-                 _op(f"q = linear(cq, q_lora_rank -> {q_out}{kw})", 2)]
+                 _op(f"q = linear(cq, q_lora_rank -> {q_out}{kw})", 2, group="attention")]
     else:
         lines = [_op(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention")]
     return lines + [
-        _op(f"c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2,
+        _op(f"c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2, group="latent",
             comment="latent + shared rope key"),
         _op("c = rmsnorm(c, dim=kv_lora_rank)", 2, comment="kv_a_layernorm (latent part)"),
         _op("a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim"
-            f"{_kw(arch, 'attention_core')})", 2),
+            f"{_kw(arch, 'attention_core')})", 2, group="attention"),
         _op(f"o = linear(a, heads * v_dim -> hidden{kw})", 2)]
 
 

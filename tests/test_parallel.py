@@ -211,3 +211,15 @@ def test_sweep_over_tp_equals_eval(capsys) -> None:
         tp, b, n, t, _ = row.split(",")
         want = a.evaluate({"tp": int(tp), "B": int(b), "N": int(n)})["step"]["time_s"]
         assert float(t) == want
+
+
+def test_imported_specs_declare_the_shipped_policies(tmp_path: Path) -> None:
+    out = tmp_path / "qwen.arch"
+    config = Path(__file__).parent / "fixtures" / "hf" / "Qwen--Qwen3-30B-A3B.config.json"
+    assert main(["import-hf", str(config), "-o", str(out)]) == 0
+    a = analyze(out, hw="h200_sxm", policy="experts_only")
+    assert set(a.model.policies) == {"full", "experts_only"}
+    # As the shipped spec: one all-reduce of 1 x 2048 x 2 bytes per MoE layer (48).
+    r = a.evaluate({"tp": 4, "ep": 4})
+    assert [(o["kind"], o["count"], o["bytes"]) for o in r["ops"] if o["kind"] != "linear"
+            and o["kind"].startswith("all")] == [("all_reduce", 48, 4096)]

@@ -117,12 +117,17 @@ def _emit(op: "OpNode", w: _Walk, out: Place, work=ONE, weights=ONE, kv=ONE,
     """Write the op as one GPU runs it: work (FLOPs, activations), weights and KV
     divided by the GPUs sharing them, B replaced by the sequences this GPU serves."""
     cost = op.cost.scale(flops=work, act_bytes=work, weight_bytes=weights, kv_bytes=kv)
-    cost = Cost(*(sympy.sympify(v).xreplace({B: batch}) for v in
+    cost = Cost(*(_expr(v).xreplace({B: batch}) for v in
                   (cost.flops, cost.weight_bytes, cost.act_bytes, cost.kv_bytes, cost.kernels,
                    cost.comm_bytes)))
     inputs = tuple(w.alias.get(p, p) for p in op.inputs)
     w.ops.append(replace(op, cost=cost, inputs=inputs, weight_share=weights, kv_share=kv))
     w.places[op.name] = out
+
+
+def _expr(value: sympy.Expr | int) -> sympy.Expr:
+    """A cost field as a sympy expression (Cost.scale leaves plain ints as they are)."""
+    return sympy.Integer(value) if isinstance(value, int) else value
 
 
 def _whole(producer: str, place: Place, w: _Walk) -> Place:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 import sympy
 
+from infest.compiler.codegen import compile_forms
 from infest.compiler.evaluate import step_bound
 from infest.compiler.model import BOUND_TERMS
 from infest.compiler.symbols import sym
@@ -156,7 +157,8 @@ def crossings(expr: sympy.Expr, lo: float, hi: float) -> list[float]:
     exact = _linear_root(expr)
     if exact is not None:
         return [exact] if lo < exact < hi else []
-    return _numeric_roots(sympy.lambdify(X, expr, modules="numpy"), lo, hi)
+    forms = compile_forms([X], [expr])
+    return _numeric_roots(lambda xs: forms(xs)[0], lo, hi)
 
 
 def _linear_root(expr: sympy.Expr) -> float | None:

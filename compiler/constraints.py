@@ -60,13 +60,12 @@ def check_constraints(constraints: Sequence[Constraint], names: Sequence[str],
 @lru_cache(maxsize=32)
 def _compiled(constraints: tuple[Constraint, ...], names: tuple[str, ...]) -> Callable:
     """One numpy function returning [lhs0, rhs0, lhs1, rhs1, ...] (rhs 0 when absent)."""
-    from infest.compiler.evaluate import _numpy_namespace, _numpy_printer
+    from infest.compiler.codegen import compile_forms
     from infest.compiler.symbols import sym
     exprs: list[sympy.Expr] = []
     for c in constraints:
         exprs += [c.lhs, c.rhs if c.rhs is not None else sympy.Integer(0)]
-    return sympy.lambdify([sym(n) for n in names], exprs, modules=[_numpy_namespace()],
-                          printer=_numpy_printer())
+    return compile_forms([sym(n) for n in names], exprs)
 
 
 def _whole_fails(x: np.ndarray) -> np.ndarray:

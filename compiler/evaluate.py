@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import sympy
 
+from infest.compiler.codegen import compile_forms
 from infest.compiler.hardware import CompiledHardware
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
 from infest.compiler.terms import TIME_TERMS
@@ -100,15 +101,12 @@ def _missing_error(forms: Forms, hw: CompiledHardware | None, missing: list[str]
 
 
 class CompiledForms:
-    """Every form of a Forms lambdified once into one numpy function of the inputs."""
+    """Every form of a Forms compiled once into one numpy function of the inputs."""
 
     def __init__(self, forms: Forms, names: list[str]) -> None:
         self.forms, self.names = forms, names
         self.layout = form_layout(forms)
-        exprs = [e for _, e in self.layout]
-        symbols, exprs = _safe_symbols([sym(n) for n in names], exprs)
-        self._fn = sympy.lambdify(symbols, exprs, modules=[_numpy_namespace()],
-                                  printer=_numpy_printer(), dummify=False, cse=True)
+        self._fn = compile_forms([sym(n) for n in names], [e for _, e in self.layout])
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Evaluate at inputs (scalars or broadcastable arrays): key -> value."""
@@ -116,44 +114,6 @@ class CompiledForms:
             args = [np.asarray(values[n], dtype=float) for n in self.names]
             results = self._fn(*args)
         return {key: results[i] for i, (key, _) in enumerate(self.layout)}
-
-
-def _numpy_namespace() -> dict[str, Any]:
-    """numpy's already-loaded names: `modules="numpy"` would run `from numpy import *`,
-    which imports numpy's lazy submodules (f2py, testing, ...) for ~0.2 s per process."""
-    import functools
-    namespace = dict(vars(np))
-    namespace["reduce"] = functools.reduce
-    return namespace
-
-
-def _numpy_printer():
-    """The printer lambdify itself picks for modules="numpy"."""
-    from sympy.printing.numpy import NumPyPrinter
-    return NumPyPrinter({"fully_qualified_modules": False, "inline": True,
-                         "allow_unknown_functions": True, "user_functions": {}})
-
-
-def _safe_symbols(symbols: list[sympy.Symbol], exprs: list[sympy.Expr]):
-    """Rename inputs whose names could clash with the generated code's namespace.
-
-    lambdify's own dummify=True rebuilds every expression (seconds on a big model), so
-    only names that are not plain identifiers, or shadow numpy or Python names, are
-    replaced; the common case rebuilds nothing.
-    """
-    unsafe = [s for s in symbols if not _plain_identifier(s.name)]
-    if not unsafe:
-        return symbols, exprs
-    swap = {s: sympy.Symbol(f"_in{i}", **s.assumptions0) for i, s in enumerate(unsafe)}
-    return [swap.get(s, s) for s in symbols], [e.xreplace(swap) for e in exprs]
-
-
-def _plain_identifier(name: str) -> bool:
-    import builtins
-    import keyword
-    return (name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")
-            and not hasattr(np, name) and not hasattr(builtins, name)
-            and name not in {"reduce", "select", "numpy", "math", "mpmath", "scipy"})
 
 
 def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:

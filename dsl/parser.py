@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Iterator
 
 from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
@@ -17,6 +16,7 @@ from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInpu
 
 from infest.dsl import ast
 from infest.dsl.errors import Span, SpecError, did_you_mean, fail, printable, register_source
+from infest.dsl.tables import grammar_text, load_parser
 from infest.dsl.units import parse_number, unit_factor, UNITS
 
 _NUMBER_PARTS = re.compile(r"([\d_]*\.?[\d_]+(?:[eE][+-]?\d+)?)([ \t]*)(.*)")
@@ -48,13 +48,11 @@ class _Newlines:
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    """The LALR parser, built once per process. Deliberately without Lark's on-disk cache:
-    it loads serialized Python objects from a predictably named file in the shared temp
-    folder (code execution for anyone who can write there). Building costs ~85 ms, paid
-    once by each process that parses (a standalone generated parser took ~140 ms)."""
-    text = resources.files("infest.dsl").joinpath("grammar.lark").read_text()
-    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False,
-                postlex=_Newlines())
+    """The LALR parser, built once per process from tables shipped in the package (plain
+    JSON, see dsl/tables.py). Deliberately not Lark's own cache: it unpickles a
+    predictably named file in the shared temp folder (code execution for anyone who can
+    write there)."""
+    return load_parser(grammar_text(), _Newlines())
 
 
 def parse(text: str, filename: str = "<spec>") -> ast.SpecFile:

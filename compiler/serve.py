@@ -181,12 +181,14 @@ def _continuous(engine: Engine, r: Request, overrides: Mapping[str, Any]):
 
 def _check_budget(r: Request, dp: int, chunks: int) -> None:
     per_replica = r.concurrency / dp
-    if per_replica * chunks > r.osl - 1:
-        need = math.ceil(r.isl / ((r.osl - 1) / per_replica))
-        raise fail(None, f"--chunk {r.chunk} cannot keep up: {per_replica:g} requests per "
-                   f"replica finish every {r.osl - 1} steps and each prompt needs {chunks} "
-                   f"chunk steps ({per_replica:g} x {chunks} > {r.osl - 1})",
-                   f"raise --chunk to at least {need}, or lower --concurrency")
+    if per_replica * chunks <= r.osl - 1:
+        return
+    most = math.floor((r.osl - 1) / per_replica)   # chunk steps a prompt may take
+    hint = (f"raise --chunk to at least {math.ceil(r.isl / most)}, or lower --concurrency"
+            if most else f"lower --concurrency to at most {(r.osl - 1) * dp}")
+    raise fail(None, f"--chunk {r.chunk} cannot keep up: {per_replica:g} requests per "
+               f"replica finish every {r.osl - 1} steps and each prompt needs {chunks} "
+               f"chunk steps ({per_replica:g} x {chunks} > {r.osl - 1})", hint)
 
 
 # How each time term of a mixed step (decode part + prefill chunk) combines per op.

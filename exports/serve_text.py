@@ -36,3 +36,20 @@ def serve_text(r: Mapping[str, Any]) -> str:
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
+    """The best layout, the runners-up and the Pareto front, one line each."""
+    lines = ["best (fewest GPUs meeting the limits and the demand; static batching, estimates):",
+             "  " + _plan_line(r["best"]), "runners-up:"]
+    lines += ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
+    lines += [f"Pareto front ({len(r['pareto'])} points, tokens/s per GPU vs per user):"]
+    lines += ["  " + _plan_line(c) for c in r["pareto"]]
+    return "\n".join(lines)
+
+
+def _plan_line(c: Mapping[str, Any]) -> str:
+    return (f"{c['gpus']:>5} GPUs  tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} "
+            f"{c['policy']:<12} {c['replicas']} x B={c['concurrency_per_replica']:<5} "
+            f"TTFT {duration(c['ttft_s'])}  TPOT {duration(c['tpot_s'])}  "
+            f"{c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  {c['tokens_per_s_per_user']:,.1f} tok/s/user")

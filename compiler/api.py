@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from infest.compiler.collectives import LINK_FIELDS, NET_FIELDS, Links
-from infest.compiler.constraints import check_constraints
+from infest.compiler.constraints import check_constraints, constraint_mask
 from infest.compiler.elaborate import CompiledModel, elaborate
 from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
 from infest.compiler.finite import check_finite
@@ -77,6 +77,16 @@ class Analysis:
     def check(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> None:
         """Re-check the model's constraints (whole repeat counts, top_k <= experts, the
         layout's: tp divides heads, ...) at these inputs (floats or broadcastable arrays); SpecError at the first failure."""
+        point = self._constraint_point(values, overrides)
+        check_constraints(self.model.constraints, list(point), point)
+
+    def valid(self, values: Mapping[str, Any]) -> Any:
+        """As `check`, but a boolean array: True where every constraint holds."""
+        point = self._constraint_point(values, None)
+        return constraint_mask(self.model.constraints, list(point), point)
+
+    def _constraint_point(self, values: Mapping[str, Any],
+                          overrides: Mapping[str, Any] | None) -> dict[str, Any]:
         point = {p.name: float((overrides or {}).get(p.name, p.default))
                  for p in self.model.params.values() if p.is_input}  # params the forms drop
         if self.hardware is not None:  # and hardware fields (gpus_per_node for a layout)
@@ -84,7 +94,7 @@ class Analysis:
         point.update(values)
         if self.forms.phase == "prefill":  # as the forms: a prompt of N tokens, empty cache
             point["T"], point["N"] = point["N"], 0.0
-        check_constraints(self.model.constraints, list(point), point)
+        return point
 
     def compiled(self, names: list[str]) -> CompiledForms:
         """The lambdified forms for these input names (built once)."""

@@ -57,6 +57,21 @@ def check_constraints(constraints: Sequence[Constraint], names: Sequence[str],
                 raise _error(c, lhs, rhs, bad, names, values)
 
 
+def constraint_mask(constraints: Sequence[Constraint], names: Sequence[str],
+                    values: Mapping[str, Any]) -> np.ndarray:
+    """True where every constraint holds (a search skips the other points, no error)."""
+    ok = np.asarray(True)
+    if not constraints:
+        return ok
+    fn = _compiled(tuple(constraints), tuple(names))
+    with np.errstate(all="ignore"):
+        sides = fn(*[np.asarray(values[n], dtype=float) for n in names])
+        for i, c in enumerate(constraints):
+            lhs, rhs = np.asarray(sides[2 * i], float), np.asarray(sides[2 * i + 1], float)
+            ok = ok & ~np.asarray(_FAILS[c.kind](lhs, rhs))
+    return ok
+
+
 @lru_cache(maxsize=32)
 def _compiled(constraints: tuple[Constraint, ...], names: tuple[str, ...]) -> Callable:
     """One numpy function returning [lhs0, rhs0, lhs1, rhs1, ...] (rhs 0 when absent)."""

@@ -12,6 +12,8 @@ VERBS = {
     "eval": ("cmd_eval", "evaluate a model on hardware: per-op table, memory, step bound"),
     "sweep": ("cmd_sweep", "evaluate a metric over a B x N grid (vectorised)"),
     "diagnose": ("cmd_diagnose", "which ceiling binds a measured system (bandwidth, comm, launch, occupancy)"),
+    "serve": ("cmd_serve", "TTFT, TPOT, E2E and tokens/s for a request shape and a concurrency"),
+    "plan": ("cmd_plan", "fewest GPUs (layout, concurrency) meeting TPOT/TTFT limits for a demand"),
     "list": ("cmd_list", "list shipped models and hardware"),
     "import-hf": ("cmd_import_hf", "write a .arch spec from a Hugging Face config.json"),
 }

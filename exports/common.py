@@ -11,14 +11,15 @@ if TYPE_CHECKING:
     from infest.compiler.api import Analysis
 
 
-def add_spec_args(p: argparse.ArgumentParser, hw_required: bool) -> None:
-    """SPEC, --hw, --phase, --set, --model."""
+def add_spec_args(p: argparse.ArgumentParser, hw_required: bool, phase: bool = True) -> None:
+    """SPEC, --hw, --phase (unless the verb sets the phases itself), --set, --model."""
     p.add_argument("spec", metavar="SPEC", help="path to a .arch model spec")
     p.add_argument("--hw", metavar="HW", required=hw_required,
                    help="shipped hardware name (h100_sxm, h200_sxm, gh200) or a .arch path")
-    p.add_argument("--phase", choices=("decode", "prefill"), default="decode",
-                   help="decode: T new tokens against N cached (T=1); "
-                        "prefill: a prompt of N tokens, empty cache")
+    if phase:
+        p.add_argument("--phase", choices=("decode", "prefill"), default="decode",
+                       help="decode: T new tokens against N cached (T=1); "
+                            "prefill: a prompt of N tokens, empty cache")
     p.add_argument("--set", metavar="NAME=VALUE", action="append", default=[],
                    help="override an input (B, N, T, a model param, a hardware field); "
                         "units allowed: --set mem_bw=4TB/s --set N=32k")

@@ -7,21 +7,20 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from fractions import Fraction
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
 from infest.compiler.collectives import LINK_FIELDS, NET_FIELDS, Links
-from infest.compiler.constraints import check_constraints, constraint_mask
 from infest.compiler.elaborate import CompiledModel, elaborate
-from infest.compiler.evaluate import CompiledForms, Input, resolve_inputs
-from infest.compiler.finite import check_finite
+from infest.compiler.evaluate import build_runner
 from infest.compiler.hardware import CompiledHardware, compile_hardware
 from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.model import Forms, build_forms
 from infest.compiler.policy import resolve_policy
-from infest.dsl.errors import SpecError, did_you_mean, fail
+from infest.compiler.runner import Input, Runner
+from infest.dsl.errors import did_you_mean, fail
 
 
 def load_model(path: str | Path, model: str | None = None,
@@ -60,66 +59,39 @@ def load_hardware(spec: str | Path, program: Program | None = None) -> CompiledH
 
 @dataclass
 class Analysis:
-    """A model, optional hardware and a phase, with forms derived and ready to evaluate."""
+    """A model, optional hardware and a phase, with forms derived and ready to evaluate.
+
+    Evaluation goes through `runner` (compiler/runner.py: generated code, no sympy), the
+    same object a cached `infest eval` reads back; the forms stay for symbolic work."""
 
     model: CompiledModel
     hardware: CompiledHardware | None
     forms: Forms
-    _compiled: dict[tuple[str, ...], CompiledForms] = field(default_factory=dict)
+
+    @cached_property
+    def runner(self) -> Runner:
+        """The sympy-free evaluator of these forms (built once)."""
+        return build_runner(self.forms, self.hardware, self.forms.layout.policy)
 
     def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
-        """Every input with its value for this run (defaults, then overrides)."""
-        fixed = {k: _fraction(k, v) for k, v in (overrides or {}).items()}
-        inputs = resolve_inputs(self.forms, self.hardware, fixed)
-        self.check({i.name: float(i.value) for i in inputs}, fixed)
-        return inputs
+        """Every input with its value for this run (defaults, then overrides), checked."""
+        return self.runner.inputs(overrides)
 
     def check(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> None:
-        """Re-check the model's constraints (whole repeat counts, top_k <= experts, the
-        layout's: tp divides heads, ...) at these inputs (floats or broadcastable arrays); SpecError at the first failure."""
-        point = self._constraint_point(values, overrides)
-        check_constraints(self.model.constraints, list(point), point)
+        """Re-check the model's constraints at these inputs (see Runner.check)."""
+        self.runner.check(values, overrides)
 
     def valid(self, values: Mapping[str, Any]) -> Any:
         """As `check`, but a boolean array: True where every constraint holds."""
-        point = self._constraint_point(values, None)
-        return constraint_mask(self.model.constraints, list(point), point)
+        return self.runner.valid(values)
 
-    def _constraint_point(self, values: Mapping[str, Any],
-                          overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-        point = {p.name: float((overrides or {}).get(p.name, p.default))
-                 for p in self.model.params.values() if p.is_input}  # params the forms drop
-        if self.hardware is not None:  # and hardware fields (gpus_per_node for a layout)
-            point.update({k: float(v.value) for k, v in self.hardware.fields.items()})
-        point.update(values)
-        if self.forms.phase == "prefill":  # as the forms: a prompt of N tokens, empty cache
-            point["T"], point["N"] = point["N"], 0.0
-        return point
-
-    def compiled(self, names: list[str]) -> CompiledForms:
-        """The lambdified forms for these input names (built once)."""
-        key = tuple(names)
-        if key not in self._compiled:
-            self._compiled[key] = CompiledForms(self.forms, names)
-        return self._compiled[key]
+    def compiled(self, names: list[str] | None = None) -> Runner:
+        """The compiled forms (the runner; `names` must be its inputs in order)."""
+        return self.runner.compiled(names)
 
     def evaluate(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Evaluate at defaults plus overrides: a dict shaped like `eval --json`."""
-        from infest.compiler.report import result_json
-        inputs = self.inputs(overrides)
-        point = {i.name: float(i.value) for i in inputs}
-        compiled = self.compiled(list(point))
-        values = compiled(point)
-        check_finite(compiled.layout, values, self.model.ops, point)
-        return result_json(self, inputs, values)
-
-
-def _fraction(name: str, value: Any) -> Fraction:
-    if isinstance(value, Fraction):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Fraction(value)
-    raise fail(None, f"--set {name}: not a number: {value!r}")
+        return self.runner.evaluate(overrides)
 
 
 def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode",

@@ -1,11 +1,13 @@
 """Capacity answers: how much fits, how many GPUs, and where the binding ceiling moves.
 
-Every answer comes from the closed forms. With every input but one fixed at its value
-(exact rationals), a form becomes a function of B (or N) alone. Where the difference of
-two such functions is linear, its root is exact (sympy Poly); otherwise (MoE expert
-coverage, sliding windows) a vectorised sign scan on a geometric grid brackets the roots
-and a vectorised bisection refines them. Integer answers ("first batch where ...") are
-then checked with the same compiled function `infest eval` uses, so they agree with it.
+Every answer comes from the compiled forms, with every input but one (B or N) fixed at
+its value: max_batch and max_context are forms of their own; crossings of two forms
+(bound terms in B, KV against weight bytes in N) are bracketed by a vectorised sign scan
+on a geometric grid and refined by the Illinois variant of regula falsi, all brackets at
+once (a linear difference, the dense-model case, is solved in one step; kinks and
+curves in a few). Integer answers ("first batch where ...") are then checked with the
+same function `infest eval` uses, so they agree with it. No sympy: a cached run
+(compiler/cache.py) answers exactly as an uncached one.
 """
 from __future__ import annotations
 
@@ -13,28 +15,25 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
-import sympy
 
-from infest.compiler.codegen import compile_forms
-from infest.compiler.evaluate import step_bound
-from infest.compiler.model import BOUND_TERMS
-from infest.compiler.symbols import sym
+from infest.compiler.runner import Runner, step_bound
+from infest.compiler.terms import BOUND_TERMS
 
 if TYPE_CHECKING:
+    import sympy
+
     from infest.compiler.api import Analysis
 
 BATCH_LIMIT = 2**24      # search B in [1, 16M]: past any memory that exists today
 CONTEXT_LIMIT = 2**30    # search N in [1, 1G tokens]
-# Expanding (x + 1)^64 * (x + 2)^64 ... to test linearity costs as much as the degree;
-# forms of a higher (or non-polynomial) degree go to the numeric root finder unexpanded.
-MAX_EXPAND_DEGREE = 4
-X = sympy.Symbol("x", positive=True)  # a real stand-in: B and N are integer symbols,
-                                       # and sympy will not return a fractional integer root
+SCAN_POINTS = 4097       # geometric grid that brackets the crossings
+MAX_REFINE = 100         # regula-falsi steps (each one evaluation of every bracket)
+REL_TOL = 1e-13          # brackets this narrow (relative) are done
 
 
-def capacity(analysis: "Analysis", overrides: Mapping[str, Any] | None = None) -> dict:
+def capacity(analysis: "Analysis | Runner", overrides: Mapping[str, Any] | None = None) -> dict:
     """max_batch, max_context, gpus_to_hold_weights, bound transitions in B, KV vs weights in N."""
-    point = _Point(analysis, overrides or {})
+    point = _Point(analysis.compiled(), overrides or {})
     memory = point.values
     return {
         "max_batch": _int(memory["memory.max_batch"]),
@@ -46,27 +45,16 @@ def capacity(analysis: "Analysis", overrides: Mapping[str, Any] | None = None) -
 
 
 class _Point:
-    """The inputs of one evaluation: exact values for sympy, floats for the compiled form."""
+    """The inputs of one evaluation, and the forms there with one input varied."""
 
-    def __init__(self, analysis: "Analysis", overrides: Mapping[str, Any]) -> None:
-        self.analysis, self.forms = analysis, analysis.forms
-        self.inputs = analysis.inputs(overrides)
-        self.floats = {i.name: float(i.value) for i in self.inputs}
-        self.fn = analysis.compiled([i.name for i in self.inputs])
-        self.values = self.fn(self.floats)
-
-    def exact(self, free: str | None = None) -> dict[sympy.Symbol, sympy.Expr]:
-        """Symbol -> exact value for every input, `free` replaced by the real symbol x."""
-        subs: dict[sympy.Symbol, sympy.Expr] = {
-            sym(i.name): sympy.Rational(i.value.numerator, i.value.denominator)
-            for i in self.inputs}
-        if free is not None:
-            subs[sym(free)] = X
-        return subs
+    def __init__(self, runner: Runner, overrides: Mapping[str, Any]) -> None:
+        self.runner = runner
+        self.floats = {i.name: float(i.value) for i in runner.inputs(overrides)}
+        self.values = runner(self.floats)
 
     def at(self, name: str, xs: np.ndarray) -> dict[str, Any]:
         """Every form with input `name` set to each of xs (one vectorised call)."""
-        return self.fn({**self.floats, name: np.asarray(xs, dtype=float)})
+        return self.runner({**self.floats, name: np.asarray(xs, dtype=float)})
 
 
 def _int(value: Any) -> int | None:
@@ -75,10 +63,11 @@ def _int(value: Any) -> int | None:
 
 
 def gpus_to_hold_weights(point: _Point) -> int:
-    """ceil(weights_bytes / mem_capacity), in exact arithmetic (no float edge at k*M)."""
-    subs = point.exact()
-    ratio = (point.forms.memory["weights_bytes"] / point.forms.memory["capacity_bytes"])
-    return int(sympy.ceiling(ratio.xreplace(subs)))
+    """ceil(weights_bytes / mem_capacity); a ratio within rounding of a whole number is
+    that number (weights that exactly fill k GPUs need k, not k + 1)."""
+    ratio = float(point.values["memory.weights_bytes"]) / float(point.values["memory.capacity_bytes"])
+    nearest = round(ratio)
+    return int(nearest) if abs(ratio - nearest) <= 1e-12 * max(1.0, ratio) else math.ceil(ratio)
 
 
 # ---- the binding ceiling as B grows ------------------------------------------------
@@ -89,19 +78,20 @@ def bound_transitions(point: _Point) -> list[dict]:
     Each entry: {"batch": B* (real crossing), "first_batch": smallest whole B with the
     new bound, "from", "to", "fits": whether first_batch fits in memory}.
     """
-    terms = {k: point.forms.bound_terms[k].xreplace(point.exact("B")) for k in BOUND_TERMS}
-    roots = sorted({r for a, b in _pairs(BOUND_TERMS)
-                    for r in crossings(terms[a] - terms[b], 1.0, float(BATCH_LIMIT))})
+    pairs = [(a, b) for i, a in enumerate(BOUND_TERMS) for b in BOUND_TERMS[i + 1:]]
+
+    def diffs(xs: np.ndarray) -> np.ndarray:
+        v = point.at("B", xs)
+        return np.stack([_full(v[f"bound.{a}"] - v[f"bound.{b}"], xs) for a, b in pairs])
+
+    roots = sorted({r for rs in find_roots(diffs, 1.0, float(BATCH_LIMIT)) for r in rs})
     edges = [1.0] + roots + [float(BATCH_LIMIT)]
     mids = [math.sqrt(lo * hi) for lo, hi in zip(edges, edges[1:])]
     bounds = step_bound(point.at("B", np.asarray(mids))) if mids else []
+    bounds = np.broadcast_to(bounds, (len(mids),))
     changes = [(roots[i], bounds[i], bounds[i + 1]) for i in range(len(roots))
                if bounds[i] != bounds[i + 1]]
     return [_transition(point, *c) for c in changes]
-
-
-def _pairs(keys: tuple[str, ...]) -> list[tuple[str, str]]:
-    return [(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]]
 
 
 def _transition(point: _Point, root: float, before: str, after: str) -> dict:
@@ -115,7 +105,7 @@ def _transition(point: _Point, root: float, before: str, after: str) -> dict:
 def _first_whole(root: float, holds: Callable[[np.ndarray], np.ndarray]) -> int:
     """Smallest whole x >= root where `holds`; a tie at an exact integer may go either way."""
     candidates = np.arange(max(1, math.floor(root)), math.floor(root) + 3, dtype=float)
-    ok = np.asarray(holds(candidates)).ravel()
+    ok = np.broadcast_to(np.asarray(holds(candidates)), candidates.shape)
     return int(candidates[int(np.argmax(ok))]) if ok.any() else math.ceil(root)
 
 
@@ -127,10 +117,11 @@ def kv_overtakes_weights(point: _Point) -> dict | None:
     {"context": N* (real crossing), "first_context": smallest whole N with kv > weights};
     None when it does not happen for N in [1, CONTEXT_LIMIT].
     """
-    step, subs = point.forms.step, point.exact("N")
-    diff = (step["kv_bytes"] - step["weight_bytes"]).xreplace(subs)
-    roots = [r for r in crossings(diff, 1.0, float(CONTEXT_LIMIT))
-             if _rising(point, r)]
+    def diff(xs: np.ndarray) -> np.ndarray:
+        v = point.at("N", xs)
+        return _full(v["step.kv_bytes"] - v["step.weight_bytes"], xs)[None, :]
+
+    roots = [r for r in find_roots(diff, 1.0, float(CONTEXT_LIMIT))[0] if _rising(point, r)]
     if not roots:
         return None
     first = _first_whole(roots[0], lambda xs: _kv_exceeds(point.at("N", xs)))
@@ -148,65 +139,60 @@ def _rising(point: _Point, root: float) -> bool:
     return (not above[0]) and bool(above[1])
 
 
-# ---- roots of a univariate closed form ----------------------------------------------
+# ---- roots of several functions of one variable, all at once --------------------------
 
-def crossings(expr: sympy.Expr, lo: float, hi: float) -> list[float]:
-    """Real x in (lo, hi) where expr(x) changes sign: exact if linear, else numeric."""
-    if X not in expr.free_symbols:
-        return []
-    exact = _linear_root(expr)
-    if exact is not None:
-        return [exact] if lo < exact < hi else []
-    forms = compile_forms([X], [expr])
-    return _numeric_roots(lambda xs: forms(xs)[0], lo, hi)
+def _full(value: Any, xs: np.ndarray) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, dtype=float), xs.shape)
 
 
-def _linear_root(expr: sympy.Expr) -> float | None:
-    """-c0/c1 if expr is c1*x + c0 (the dense-model case); None if not linear."""
-    degree = polynomial_degree(expr)
-    if degree is None or degree > MAX_EXPAND_DEGREE:
-        return None
-    try:
-        poly = sympy.Poly(sympy.expand(expr), X)
-    except sympy.PolynomialError:
-        return None
-    if poly.degree() != 1 or poly.free_symbols - {X}:
-        return None
-    c1, c0 = poly.all_coeffs()
-    return float(-c0 / c1)
-
-
-def polynomial_degree(expr: sympy.Expr) -> int | None:
-    """An upper bound on expr's degree in x without expanding it; None if it is not a
-    polynomial in x (x under a function, a symbolic or negative power)."""
-    if X not in expr.free_symbols:
-        return 0
-    if expr == X:
-        return 1
-    if expr.is_Add or expr.is_Mul:
-        degrees = [polynomial_degree(a) for a in expr.args]
-        if any(d is None for d in degrees):
-            return None
-        return max(degrees) if expr.is_Add else sum(degrees)  # type: ignore[arg-type]
-    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
-        base = polynomial_degree(expr.base)
-        return None if base is None else base * int(expr.exp)
-    return None
-
-
-def _numeric_roots(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float,
-                   samples: int = 4097, iterations: int = 200) -> list[float]:
-    """Sign changes of f on a geometric grid, refined by bisection (all brackets at once)."""
-    xs = np.geomspace(lo, hi, samples)
+def find_roots(fs: Callable[[np.ndarray], np.ndarray], lo: float, hi: float) -> list[list[float]]:
+    """Sign changes in (lo, hi) of each of k functions: `fs(xs)` has shape (k, len(xs)).
+    Returns, per function, its crossings in increasing order."""
+    xs = np.geomspace(lo, hi, SCAN_POINTS)
     with np.errstate(all="ignore"):
-        sign = np.sign(np.broadcast_to(f(xs), xs.shape))
-    idx = np.nonzero(sign[:-1] * sign[1:] < 0)[0]
-    a, b, sa = xs[idx], xs[idx + 1], sign[idx]
-    for _ in range(iterations):
-        mid = (a + b) / 2
-        with np.errstate(all="ignore"):
-            same = np.sign(np.broadcast_to(f(mid), mid.shape)) == sa
-        a, b = np.where(same, mid, a), np.where(same, b, mid)
-        if np.all(b - a <= 1e-12 * b):
+        ys = fs(xs)
+    which, idx = np.nonzero(np.sign(ys[:, :-1]) * np.sign(ys[:, 1:]) < 0)
+    refined = _illinois(fs, which, xs[idx], xs[idx + 1], ys[which, idx], ys[which, idx + 1])
+    out: list[list[float]] = [[] for _ in range(len(ys))]
+    for k, x in zip(which, refined):
+        out[int(k)].append(float(x))
+    return out
+
+
+def _illinois(fs, which, a, b, fa, fb) -> np.ndarray:
+    """Regula falsi with the Illinois fix, every bracket [a, b] (function `which`) at once."""
+    a, b, fa, fb = (np.array(v, dtype=float) for v in (a, b, fa, fb))
+    side = np.zeros(len(a))  # which end moved last: -1 a, +1 b
+    for _ in range(MAX_REFINE):
+        if not len(a) or np.all(b - a <= REL_TOL * b):
             break
-    return [float(x) for x in (a + b) / 2]
+        c = np.clip((a * fb - b * fa) / (fb - fa), a, b)
+        c = np.where(np.isfinite(c), c, (a + b) / 2)
+        with np.errstate(all="ignore"):
+            fc = fs(c)[which, np.arange(len(c))]
+        left = np.sign(fc) == np.sign(fa)  # root in [c, b]: c replaces a
+        fb = np.where(left & (side == -1), fb / 2, fb)   # a moved twice: pull b's weight
+        fa = np.where(~left & (side == 1), fa / 2, fa)   # b moved twice: pull a's weight
+        a, fa = np.where(left, c, a), np.where(left, fc, fa)
+        b, fb = np.where(left, b, c), np.where(left, fb, fc)
+        side = np.where(left, -1, 1)
+        done = fc == 0
+        a, b = np.where(done, c, a), np.where(done, c, b)
+    return (a + b) / 2
+
+
+def crossings(expr: "sympy.Expr", lo: float, hi: float) -> list[float]:
+    """Real x in (lo, hi) where a sympy form of the symbol X changes sign (a helper for
+    tests and symbolic callers; the capacity answers use the compiled forms)."""
+    from infest.compiler.codegen import compile_forms
+    fn = compile_forms([__getattr__("X")], [expr])
+    return find_roots(lambda xs: _full(fn(xs)[0], xs)[None, :], lo, hi)[0]
+
+
+def __getattr__(name: str) -> Any:
+    """`X`, the real stand-in symbol `crossings` takes, built only when asked for (so
+    importing this module does not import sympy)."""
+    if name == "X":
+        import sympy
+        return sympy.Symbol("x", positive=True)
+    raise AttributeError(name)

@@ -9,20 +9,18 @@ times faster (see bench/).
 
 The generated source is built only from: argument names `a0, a1, ...` (inputs, by
 position), temporaries `t0, t1, ...`, float literals printed from exact rationals, and
-the numpy functions of `_FUNCTIONS`. No name or text from a spec or the command line ever
-reaches it, and `_check_vocabulary` tokenizes the source and refuses any other
+the numpy functions of `NP_FUNCTIONS` (compiler/generated.py). No name or text from a spec or the command line ever
+reaches it, and compiler/generated.py tokenizes the source and refuses any other
 identifier before it is compiled.
 """
 from __future__ import annotations
 
-import io
-import keyword
-import tokenize
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import sympy
+
+from infest.compiler.generated import NP_FUNCTIONS, load_functions
 
 MAX_INLINE_DEPTH = 24   # deeper sub-expressions get a temporary: Python's parser nests ~200
 _RELATIONS = {"GreaterThan": ">=", "StrictGreaterThan": ">", "LessThan": "<=",
@@ -30,9 +28,8 @@ _RELATIONS = {"GreaterThan": ">=", "StrictGreaterThan": ">", "LessThan": "<=",
 _CALLS = {"floor": "floor", "ceiling": "ceil", "exp": "exp", "Abs": "abs", "sign": "sign",
           "Mod": "mod", "Not": "logical_not", "log": "log"}
 _FOLDS = {"Max": "maximum", "Min": "minimum", "And": "logical_and", "Or": "logical_or"}
-# Every name the generated code may use besides a<i> / t<i>: the namespace it runs in.
-_FUNCTIONS = {"np": np, "nan": float("nan"), "inf": float("inf")}
-_NP_NAMES = set(_CALLS.values()) | set(_FOLDS.values()) | {"select", "power", "sqrt", "where"}
+# The printer's own calls: the loader's vocabulary must allow every one of them.
+assert {*_CALLS.values(), *_FOLDS.values(), "select", "power", "sqrt", "where"} <= NP_FUNCTIONS
 
 
 @dataclass
@@ -208,34 +205,18 @@ def _use_counts(exprs: Sequence[sympy.Basic]) -> dict[sympy.Basic, int]:
     return counts
 
 
-def numpy_source(args: Sequence[sympy.Symbol], exprs: Sequence[sympy.Basic]) -> str:
-    """The source of `def forms(a0, a1, ...)` returning a tuple of every expression."""
+def numpy_source(args: Sequence[sympy.Symbol], exprs: Sequence[sympy.Basic],
+                 name: str = "forms") -> str:
+    """The source of `def <name>(a0, a1, ...)` returning a tuple of every expression."""
     printer = _Printer(args, exprs)
     results = printer.print_all(exprs)
     params = ", ".join(f"a{i}" for i in range(len(args)))
     body = printer.lines + [f"    return ({', '.join(results)},)"]
-    return f"def forms({params}):\n" + "\n".join(body) + "\n"
-
-
-def _check_vocabulary(source: str) -> None:
-    """Refuse any identifier the generator does not produce (defence in depth)."""
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type != tokenize.NAME or keyword.iskeyword(tok.string):
-            continue
-        name = tok.string
-        ok = (name in {"forms", "np", "nan", "inf", "default"} | _NP_NAMES
-              or (name[0] in "at" and name[1:].isdigit()))
-        if not ok:
-            raise ValueError(f"codegen: unexpected name {name!r} in generated code")
+    return f"def {name}({params}):\n" + "\n".join(body) + "\n"
 
 
 def compile_forms(args: Sequence[sympy.Symbol],
                   exprs: Sequence[sympy.Basic]) -> Callable[..., tuple[Any, ...]]:
     """A numpy function of the args (scalars or broadcastable arrays) returning every
     expression's value, in order."""
-    source = numpy_source(args, exprs)
-    _check_vocabulary(source)
-    namespace = dict(_FUNCTIONS)
-    code = compile(source, "<infest forms>", "exec")
-    exec(code, namespace)  # noqa: S102 -- generated from the fixed vocabulary above only
-    return namespace["forms"]
+    return load_functions(numpy_source(args, exprs))["forms"]

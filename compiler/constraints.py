@@ -9,13 +9,14 @@ evaluated inputs (a single point or a whole sweep grid) and reports the first fa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
-import sympy
 
 from infest.dsl.errors import SpecError, Span, fail
+
+if TYPE_CHECKING:
+    import sympy
 
 KINDS = ("whole", "positive", "nonnegative", "le", "divides")
 # Floats carry the exact inputs; a relative slack this small only absorbs rounding.
@@ -41,46 +42,70 @@ class Constraint:
             raise ValueError(f"a {self.kind!r} constraint {need} rhs")
 
 
-def check_constraints(constraints: Sequence[Constraint], names: Sequence[str],
-                      values: Mapping[str, Any]) -> None:
-    """Raise SpecError (located at the constraint's span) at the first point where one
-    fails; `values` maps input names to floats or broadcastable numpy arrays."""
-    if not constraints:
-        return
-    fn = _compiled(tuple(constraints), tuple(names))
+@dataclass(frozen=True)
+class CheckInfo:
+    """A constraint as the sympy-free evaluation path keeps it: everything its error
+    message needs; its two sides are computed by generated code (constraints_source)."""
+
+    kind: str
+    what: str
+    hint: str | None
+    span: Span | None
+    uses: tuple[str, ...]   # the inputs its sides depend on, named in the message
+
+
+def check_infos(constraints: Sequence[Constraint]) -> tuple[CheckInfo, ...]:
+    """The message-side of each constraint."""
+    return tuple(CheckInfo(c.kind, c.what, c.hint, c.span,
+                           tuple(sorted({s.name for e in (c.lhs, c.rhs) if e is not None
+                                         for s in e.free_symbols})))
+                 for c in constraints)
+
+
+def constraints_source(constraints: Sequence[Constraint], names: Sequence[str]) -> str:
+    """Generated `def constraints(a0, ...)` returning [lhs0, rhs0, lhs1, rhs1, ...]."""
+    import sympy
+
+    from infest.compiler.codegen import numpy_source
+    from infest.compiler.symbols import sym
+    exprs = [e for c in constraints for e in (c.lhs, c.rhs if c.rhs is not None else sympy.Integer(0))]
+    return numpy_source([sym(n) for n in names], exprs, name="constraints")
+
+
+def failing(checks: Sequence[CheckInfo], sides: Sequence[Any],
+            values: Mapping[str, Any]) -> SpecError | None:
+    """The error for the first constraint that fails somewhere (None if all hold);
+    `sides` as constraints_source computes them, `values` the inputs evaluated."""
     with np.errstate(all="ignore"):
-        sides = fn(*[np.asarray(values[n], dtype=float) for n in names])
-        for i, c in enumerate(constraints):
+        for i, c in enumerate(checks):
             lhs, rhs = sides[2 * i], sides[2 * i + 1]
             bad = np.asarray(_FAILS[c.kind](np.asarray(lhs, float), np.asarray(rhs, float)))
             if bad.any():
-                raise _error(c, lhs, rhs, bad, names, values)
+                return _error(c, lhs, rhs, bad, values)
+    return None
 
 
-def constraint_mask(constraints: Sequence[Constraint], names: Sequence[str],
-                    values: Mapping[str, Any]) -> np.ndarray:
+def holds(checks: Sequence[CheckInfo], sides: Sequence[Any]) -> np.ndarray:
     """True where every constraint holds (a search skips the other points, no error)."""
     ok = np.asarray(True)
-    if not constraints:
-        return ok
-    fn = _compiled(tuple(constraints), tuple(names))
     with np.errstate(all="ignore"):
-        sides = fn(*[np.asarray(values[n], dtype=float) for n in names])
-        for i, c in enumerate(constraints):
+        for i, c in enumerate(checks):
             lhs, rhs = np.asarray(sides[2 * i], float), np.asarray(sides[2 * i + 1], float)
             ok = ok & ~np.asarray(_FAILS[c.kind](lhs, rhs))
     return ok
 
 
-@lru_cache(maxsize=32)
-def _compiled(constraints: tuple[Constraint, ...], names: tuple[str, ...]) -> Callable:
-    """One numpy function returning [lhs0, rhs0, lhs1, rhs1, ...] (rhs 0 when absent)."""
-    from infest.compiler.codegen import compile_forms
-    from infest.compiler.symbols import sym
-    exprs: list[sympy.Expr] = []
-    for c in constraints:
-        exprs += [c.lhs, c.rhs if c.rhs is not None else sympy.Integer(0)]
-    return compile_forms([sym(n) for n in names], exprs)
+def check_constraints(constraints: Sequence[Constraint], names: Sequence[str],
+                      values: Mapping[str, Any]) -> None:
+    """Compile and check in one call (SpecError at the first failure): for a few
+    constraints outside a model; a Runner keeps the compiled function instead."""
+    from infest.compiler.generated import load_functions
+    fn = load_functions(constraints_source(constraints, names))["constraints"]
+    with np.errstate(all="ignore"):
+        sides = fn(*[np.asarray(values[n], dtype=float) for n in names])
+    error = failing(check_infos(constraints), sides, values)
+    if error is not None:
+        raise error
 
 
 def _whole_fails(x: np.ndarray) -> np.ndarray:
@@ -98,7 +123,7 @@ _MUST = {"whole": "must be a whole number", "positive": "must be positive",
          "nonnegative": "must be 0 or more", "le": "does not hold", "divides": "does not hold"}
 
 
-def _error(c: Constraint, lhs: Any, rhs: Any, bad: np.ndarray, names: Sequence[str],
+def _error(c: CheckInfo, lhs: Any, rhs: Any, bad: np.ndarray,
            values: Mapping[str, Any]) -> SpecError:
     """The message at the first failing point: the value and the inputs it depends on."""
     index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
@@ -108,9 +133,8 @@ def _error(c: Constraint, lhs: Any, rhs: Any, bad: np.ndarray, names: Sequence[s
               }.get(c.kind, f", got {value}")
     if not np.isfinite(got) or not np.isfinite(_at(rhs, index, bad.shape)):
         detail = " but is not finite (a division by zero, or the square root of a negative?)"
-    used = {s.name for e in (c.lhs, c.rhs) if e is not None for s in e.free_symbols}
     point = ", ".join(f"{n}={format_value(_at(values[n], index, bad.shape))}"
-                      for n in names if n in used)
+                      for n in values if n in c.uses)
     where = f" at {point}" if point else ""
     return fail(c.span, f"{c.what} {_MUST[c.kind]}{detail}{where}", c.hint)
 

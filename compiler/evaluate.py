@@ -1,35 +1,25 @@
-"""Evaluate closed forms at inputs: one lambdified numpy function for every form.
+"""From closed forms to a Runner: the inputs they take, the flat key of every form, and
+one generated numpy function for all of them (plus one for the model's constraints).
 
-The same compiled function serves a single `eval` (scalars) and a sweep (arrays that
-broadcast), so a sweep cell equals `infest eval` at the same point exactly.
+The same function serves a single `eval` (scalars) and a sweep (arrays that broadcast),
+so a sweep cell equals `infest eval` at the same point exactly. The Runner itself
+(compiler/runner.py) evaluates without sympy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Mapping
 
-import numpy as np
 import sympy
 
-from infest.compiler.codegen import compile_forms
+from infest.compiler.codegen import numpy_source
+from infest.compiler.constraints import check_infos, constraints_source
 from infest.compiler.hardware import CompiledHardware
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
-from infest.compiler.terms import TIME_TERMS
+# Input, op_bound and step_bound live in the sympy-free runner; re-exported for callers.
+from infest.compiler.runner import (DEFAULTS, Input, Missing, OpInfo, Runner,  # noqa: F401
+                                    builtin_kinds, op_bound, step_bound)
 from infest.compiler.symbols import BUILTINS, PARALLEL, sym
-from infest.dsl.errors import Diagnostic, SpecError, did_you_mean, fail
 
-DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
-            **{p: Fraction(1) for p in PARALLEL}}
-
-
-@dataclass(frozen=True)
-class Input:
-    """One input symbol: where it comes from and its value for this run."""
-
-    name: str
-    kind: str          # "builtin", "parallel", "model" or "hardware"
-    value: Fraction
 
 
 def input_names(forms: Forms) -> list[str]:
@@ -43,18 +33,39 @@ def input_names(forms: Forms) -> list[str]:
     return builtins + parallel + model + hardware
 
 
-def resolve_inputs(forms: Forms, hw: CompiledHardware | None,
-                   overrides: Mapping[str, Fraction]) -> list[Input]:
-    """Defaults from the builtins, the model and the hardware, then --set overrides."""
-    known = _known_values(forms, hw)
+def build_runner(forms: Forms, hw: CompiledHardware | None, policy: str | None) -> Runner:
+    """The sympy-free evaluator of these forms: inputs, generated code, names, spans."""
     names = input_names(forms)
-    _check_overrides(forms, names, known, overrides)
-    missing = [n for n in names if n not in known and n not in overrides]
-    if missing:
-        raise _missing_error(forms, hw, missing)
-    kinds = _kinds(forms)
-    return [Input(n, kinds.get(n, "hardware"), Fraction(overrides.get(n, known.get(n))))
-            for n in names]
+    layout = form_layout(forms)
+    index = {n: i for i, n in enumerate(names)}
+    check_names = _check_names(forms, hw, names)
+    model = forms.model
+    return Runner(
+        model=model.name, hardware=hw.name if hw else None, phase=forms.phase, policy=policy,
+        groups=tuple(forms.groups), names=tuple(names), kinds=_kinds(forms),
+        defaults=_known_values(forms, hw),
+        derived=tuple(p for p, v in model.params.items() if not v.is_input),
+        check_names=check_names, keys=tuple(k for k, _ in layout),
+        uses=tuple(tuple(sorted(index[s.name] for s in e.free_symbols if s.name in index))
+                   for _, e in layout),
+        ops=tuple(OpInfo(op.name, op.kind, op.group, op.comm is not None, op.span)
+                  for op in model.ops),
+        checks=check_infos(model.constraints),
+        missing=_missing(forms, hw, names),
+        source=(numpy_source([sym(n) for n in names], [e for _, e in layout])
+                + constraints_source(model.constraints, check_names)))
+
+
+def _check_names(forms: Forms, hw: CompiledHardware | None,
+                 inputs: list[str]) -> tuple[str, ...]:
+    """The constraints' inputs: the forms' own inputs, every input param (the forms may
+    drop some) and the hardware's fields (gpus_per_node for a layout)."""
+    names = dict.fromkeys(inputs)
+    names.update(dict.fromkeys(p.name for p in forms.model.params.values() if p.is_input))
+    names.update(dict.fromkeys(hw.fields if hw else ()))
+    names.update(dict.fromkeys(sorted(n for c in check_infos(forms.model.constraints)
+                                      for n in c.uses if n in DEFAULTS)))  # B, N, T, tp...
+    return tuple(names)
 
 
 def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fraction]:
@@ -66,54 +77,26 @@ def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fracti
 
 
 def _kinds(forms: Forms) -> dict[str, str]:
-    kinds = {b: "builtin" for b in BUILTINS}
-    kinds.update({p: "model" for p in forms.model.params})
-    kinds.update({p: "parallel" for p in PARALLEL})
+    kinds = builtin_kinds()
+    kinds.update({p: "model" for p, v in forms.model.params.items() if v.is_input})
     return kinds
 
 
-def _check_overrides(forms, names, known, overrides) -> None:
-    for name, value in overrides.items():
-        if name == "T" and forms.phase == "prefill":
-            raise fail(None, "T cannot be set in prefill", "prefill processes T = N prompt tokens")
-        if name in forms.model.params and not forms.model.params[name].is_input:
-            raise fail(None, f"'{name}' is derived from other params and cannot be set")
-        if name not in names and name not in known:
-            raise fail(None, f"--set {name}: no such input",
-                       did_you_mean(name, set(names) | set(known)) or "see `infest eval --json` inputs")
-        if value <= 0:
-            raise fail(None, f"--set {name}: the value must be positive")
-        if value > 10**30:
-            raise fail(None, f"--set {name}: absurdly large value", "values must stay below 1e30")
-
-
-def _missing_error(forms: Forms, hw: CompiledHardware | None, missing: list[str]) -> SpecError:
+def _missing(forms: Forms, hw: CompiledHardware | None, names: list[str]) -> tuple[Missing, ...]:
+    """Inputs with no default: each an error unless --set gives it a value."""
+    known = _known_values(forms, hw)
+    absent = [n for n in names if n not in known]
     if hw is None:
-        return fail(None, f"no hardware given: {', '.join(missing)} need values",
-                    "pass --hw h100_sxm (or another hardware) or --set them")
-    diags = []
-    for name in missing:
+        return tuple(Missing(n, None, f"no hardware given: {', '.join(absent)} need values",
+                             "pass --hw h100_sxm (or another hardware) or --set them")
+                     for n in absent[:1])
+    out = []
+    for name in absent:
         users = [op.name for op in forms.model.ops if f"flops_{op.peak}" == name]
         why = f", needed by op '{users[0]}' (math in {name[6:]})" if users else ""
-        diags.append(Diagnostic(hw.span, f"hardware '{hw.name}' has no {name}{why}",
-                                f"add `{name} = ...` to the hardware, or --set {name}=..."))
-    return SpecError(diags)
-
-
-class CompiledForms:
-    """Every form of a Forms compiled once into one numpy function of the inputs."""
-
-    def __init__(self, forms: Forms, names: list[str]) -> None:
-        self.forms, self.names = forms, names
-        self.layout = form_layout(forms)
-        self._fn = compile_forms([sym(n) for n in names], [e for _, e in self.layout])
-
-    def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Evaluate at inputs (scalars or broadcastable arrays): key -> value."""
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            args = [np.asarray(values[n], dtype=float) for n in self.names]
-            results = self._fn(*args)
-        return {key: results[i] for i, (key, _) in enumerate(self.layout)}
+        out.append(Missing(name, hw.span, f"hardware '{hw.name}' has no {name}{why}",
+                           f"add `{name} = ...` to the hardware, or --set {name}=..."))
+    return tuple(out)
 
 
 def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
@@ -127,21 +110,3 @@ def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
     for i, op in enumerate(forms.ops):
         items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS]
     return items
-
-
-def step_bound(values: Mapping[str, Any]) -> Any:
-    """Name of the largest ceiling (compute, weights, kv, launch), elementwise."""
-    stacked = np.stack([np.broadcast_to(values[f"bound.{k}"], np.shape(values["step.time_s"]))
-                        for k in BOUND_TERMS])
-    return np.asarray(BOUND_TERMS)[np.argmax(stacked, axis=0)]
-
-
-def op_bound(values: Mapping[str, Any], i: int) -> str:
-    """Which term sets an op's time; memory time is named by its largest byte kind."""
-    p = f"ops.{i}."
-    term = TIME_TERMS[int(np.argmax([float(values[p + t.key]) for t in TIME_TERMS]))]
-    if term.name != "memory":
-        return term.name
-    kinds = {"weights": values[p + "weight_bytes"], "kv": values[p + "kv_bytes"],
-             "activations": values[p + "act_bytes"]}
-    return max(kinds, key=lambda k: float(kinds[k]))

@@ -7,25 +7,26 @@ error naming the op (or memory/step key) and the inputs it depends on.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import sympy
 
 from infest.compiler.constraints import format_value
 from infest.dsl.errors import fail
+
+if TYPE_CHECKING:
+    from infest.compiler.runner import Runner
 
 # +inf here means "unbounded by the KV cache" (no KV cache, or every layer windowed).
 UNBOUNDED_KEYS = frozenset({"memory.max_batch", "memory.max_context"})
 
 
-def check_finite(layout: list[tuple[str, sympy.Expr]], values: Mapping[str, Any],
-                 ops: list[Any], point: Mapping[str, Any]) -> None:
+def check_finite(runner: "Runner", values: Mapping[str, Any],
+                 point: Mapping[str, Any]) -> None:
     """Raise SpecError at the first value that is not a finite real number (ops first).
 
-    `layout` pairs each flat key of `values` with its form; `ops` are the model's OpNodes
-    (for names and spans); `point` maps input names to the floats or arrays evaluated."""
-    forms = dict(layout)
+    `values` are what the runner computed at `point` (input names to the floats or
+    arrays evaluated); the runner names the ops and the inputs each value depends on."""
     for key in sorted(values, key=lambda k: not k.startswith("ops.")):
         value = np.asarray(values[key])
         if value.dtype == bool:
@@ -35,10 +36,10 @@ def check_finite(layout: list[tuple[str, sympy.Expr]], values: Mapping[str, Any]
         if key in UNBOUNDED_KEYS:
             bad &= ~np.isposinf(value)
         if bad.any():
-            raise _error(key, forms[key], value, bad, ops, point)
+            raise _error(runner, key, value, bad, point)
 
 
-def _error(key: str, form: sympy.Expr, value: np.ndarray, bad: np.ndarray, ops: list[Any],
+def _error(runner: "Runner", key: str, value: np.ndarray, bad: np.ndarray,
            point: Mapping[str, Any]):
     index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
     got = float(value[index])
@@ -46,8 +47,9 @@ def _error(key: str, form: sympy.Expr, value: np.ndarray, bad: np.ndarray, ops: 
     span, what = None, f"{section} {rest}"
     if section == "ops":
         i, _, rest = rest.partition(".")
-        span, what = ops[int(i)].span, f"op '{ops[int(i)].name}': {rest}"
-    used = {s.name for s in form.free_symbols}
+        op = runner.ops[int(i)]
+        span, what = op.span, f"op '{op.name}': {rest}"
+    used = runner.used_names(key)
     shape = bad.shape
     at = ", ".join(f"{n}={format_value(np.broadcast_to(np.asarray(v, float), shape)[index])}"
                    for n, v in point.items() if n in used)

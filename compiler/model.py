@@ -13,6 +13,7 @@ from itertools import combinations
 import sympy
 
 from infest.compiler.elaborate import CompiledModel, OpNode
+from infest.compiler.keys import COST_KEYS, MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS  # noqa: F401
 from infest.compiler.functions import Max
 from infest.compiler.ops import L
 from infest.compiler.collectives import Links, call_time
@@ -23,14 +24,6 @@ from infest.compiler.terms import BOUND_TERMS, HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
-MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
-               "weights_bytes_per_gpu", "kv_bytes_per_gpu", "total_bytes_per_gpu",
-               "capacity_bytes", "fits", "max_batch", "max_context")
-COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes")
-STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "kernels",
-                                     "collectives", "weights_floor_s")
-OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
-PARALLEL_KEYS = ("tp", "ep", "pp", "dp", "gpus")
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 
 

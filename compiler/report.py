@@ -4,11 +4,11 @@ from __future__ import annotations
 import math
 from typing import Any, TYPE_CHECKING
 
-from infest.compiler.evaluate import Input, op_bound, step_bound
-from infest.compiler.model import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
+from infest.compiler.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
+from infest.compiler.runner import Input, op_bound, step_bound
 
 if TYPE_CHECKING:
-    from infest.compiler.api import Analysis
+    from infest.compiler.runner import Runner
 
 _INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active",
              "collectives", *PARALLEL_KEYS}
@@ -27,45 +27,44 @@ def _number(key: str, value: Any) -> Any:
     return v
 
 
-def result_json(analysis: "Analysis", inputs: list[Input], values: dict[str, Any]) -> dict:
+def result_json(runner: "Runner", inputs: list[Input], values: dict[str, Any]) -> dict:
     """The contract object: model, hardware, phase, inputs, params, memory, step, ops."""
-    forms = analysis.forms
     step = {k: _number(k, values[f"step.{k}"]) for k in STEP_KEYS}
     step["bound"] = str(step_bound(values))
     return {
-        "model": forms.model.name,
-        "hardware": analysis.hardware.name if analysis.hardware else None,
-        "phase": forms.phase,
+        "model": runner.model,
+        "hardware": runner.hardware,
+        "phase": runner.phase,
         "inputs": {i.name: _input_value(i) for i in inputs},
         "params": {"total": _number("total", values["params.total"]),
                    "active": _number("active", values["params.active"]),
-                   "groups": {g: _number("total", values[f"groups.{g}"]) for g in forms.groups}},
+                   "groups": {g: _number("total", values[f"groups.{g}"]) for g in runner.groups}},
         "parallel": {**{k: _number(k, values[f"parallel.{k}"]) for k in PARALLEL_KEYS},
-                     "policy": forms.layout.policy},
+                     "policy": runner.policy},
         "memory": {k: _number(k, values[f"memory.{k}"]) for k in MEMORY_KEYS},
         "step": step,
-        "ops": [_op_json(analysis, i, values) for i in range(len(forms.ops))
-                if _runs(analysis, i, values)],
+        "ops": [_op_json(runner, i, values) for i in range(len(runner.ops))
+                if _runs(runner, i, values)],
     }
 
 
-def _runs(analysis: "Analysis", i: int, values: dict[str, Any]) -> bool:
+def _runs(runner: "Runner", i: int, values: dict[str, Any]) -> bool:
     """Collectives that this layout does not need (count 0, e.g. tp = 1) are left out."""
-    return analysis.forms.model.ops[i].comm is None or float(values[f"ops.{i}.count"]) > 0
+    return not runner.ops[i].collective or float(values[f"ops.{i}.count"]) > 0
 
 
 def _input_value(i: Input) -> int | float:
     return int(i.value) if i.value.denominator == 1 else float(i.value)
 
 
-def _op_json(analysis: "Analysis", i: int, values: dict[str, Any]) -> dict:
-    op = analysis.forms.model.ops[i]
+def _op_json(runner: "Runner", i: int, values: dict[str, Any]) -> dict:
+    op = runner.ops[i]
     p = f"ops.{i}."
     out = {"name": op.name, "kind": op.kind, "group": op.group,
            "count": _number("count", values[p + "count"])}
     for key in OP_KEYS[1:]:
         out[key] = _number(key, values[p + key])
-    if op.comm is not None:  # a collective's bytes: its payload per call, over links
+    if op.collective:  # a collective's bytes: its payload per call, over links
         out["bytes"] = out["comm_bytes"]
     out["bound"] = op_bound(values, i)
     return out

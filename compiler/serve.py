@@ -107,7 +107,7 @@ def evaluate(analysis: "Analysis", overrides: Mapping[str, Any],
     analysis.check(values)
     compiled = analysis.compiled([i.name for i in inputs])
     out = compiled(values)
-    check_finite(compiled.layout, out, analysis.model.ops, values)
+    check_finite(compiled, out, values)
     return {**out, "inputs": values}
 
 

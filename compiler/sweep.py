@@ -165,8 +165,7 @@ def grid_values(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int
     analysis.check(point)
     compiled = analysis.compiled([i.name for i in inputs])
     values = _by_rows(compiled, point, len(Bs), len(Ns), keys)
-    layout = [(k, e) for k, e in compiled.layout if k in values]
-    check_finite(layout, values, analysis.model.ops, point)
+    check_finite(compiled, values, point)
     return [i for i in inputs if i.name not in ("B", "N")], values
 
 

@@ -10,9 +10,8 @@ from functools import lru_cache
 
 import sympy
 
-BUILTINS = ("B", "N", "T")
-# Parallel degrees: positive integers, default 1, set like any input (--set tp=8).
-PARALLEL = ("tp", "ep", "pp", "dp")
+from infest.compiler.keys import BUILTINS, PARALLEL
+
 PARALLEL_DOC = {
     "tp": "tensor-parallel GPUs (heads, columns, rows, vocab split)",
     "ep": "expert-parallel GPUs (routed experts spread)",

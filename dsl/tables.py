@@ -1,11 +1,12 @@
 """The LALR parser's tables, precomputed and shipped as plain JSON beside the grammar.
 
 Building the parser from `grammar.lark` costs ~85 ms per process; loading these tables
-~30 ms. They are data only: JSON of lists, dicts, strings and numbers (no pickle, no
-code), read from the installed package, never from a shared or temporary folder. The
-file records the SHA-256 of the grammar it was made from; when the grammar changes
-and the tables were not regenerated, the parser is built from the grammar instead (and
-`tests/test_language.py` fails until `python -m infest.dsl.tables` is run).
+~30 ms. They are data only: JSON of lists, dicts, strings and numbers (no serialized
+objects, no code), read from the installed package, never from a shared or temporary
+folder. The file records the SHA-256 of the grammar it was made from; when the grammar
+changes and the tables were not regenerated, the parser is built from the grammar
+instead (and `tests/test_parser_tables.py` fails until `python -m infest.dsl.tables`
+is run).
 """
 from __future__ import annotations
 

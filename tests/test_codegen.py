@@ -16,7 +16,8 @@ import pytest
 import sympy
 
 from infest.compiler.api import analyze
-from infest.compiler.codegen import MAX_INLINE_DEPTH, _check_vocabulary, compile_forms, numpy_source
+from infest.compiler.codegen import MAX_INLINE_DEPTH, compile_forms, numpy_source
+from infest.compiler.generated import check_vocabulary
 from random_exprs import INPUTS, _draw_expressions, _exact, _well_conditioned
 
 SYMS = sorted(INPUTS, key=lambda s: s.name)
@@ -70,9 +71,9 @@ def test_deep_expressions_are_split_into_temporaries():
 
 
 def test_generated_source_refuses_foreign_names():
-    _check_vocabulary("def forms(a0):\n    t0 = np.maximum(a0, 1)\n    return (t0,)\n")
+    check_vocabulary("def forms(a0):\n    t0 = np.maximum(a0, 1)\n    return (t0,)\n")
     with pytest.raises(ValueError, match="__import__"):
-        _check_vocabulary("def forms(a0):\n    return (__import__('os'),)\n")
+        check_vocabulary("def forms(a0):\n    return (__import__('os'),)\n")
 
 
 def test_params_named_like_generated_code(tmp_path: Path):

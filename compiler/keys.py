@@ -1,0 +1,20 @@
+"""The keys of every evaluated value (`eval --json` sections), in one place.
+
+Sympy-free on purpose: the cached evaluation path (compiler/runner.py) reads these
+without importing the compiler's symbolic stages.
+"""
+from __future__ import annotations
+
+from infest.compiler.terms import TERM_KEYS
+
+BUILTINS = ("B", "N", "T")
+# Parallel degrees: positive integers, default 1, set like any input (--set tp=8).
+PARALLEL = ("tp", "ep", "pp", "dp")
+MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
+               "weights_bytes_per_gpu", "kv_bytes_per_gpu", "total_bytes_per_gpu",
+               "capacity_bytes", "fits", "max_batch", "max_context")
+COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes")
+STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "kernels",
+                                     "collectives", "weights_floor_s")
+OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
+PARALLEL_KEYS = ("tp", "ep", "pp", "dp", "gpus")

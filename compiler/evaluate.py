@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import sympy
 
-from infest.compiler.hardware import CompiledHardware
+from infest.compiler.hardware import MAY_BE_ZERO, CompiledHardware, may_be_zero, sign_rule
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
 from infest.compiler.terms import TIME_TERMS
 from infest.compiler.symbols import BUILTINS, PARALLEL, sym
@@ -80,8 +80,9 @@ def _check_overrides(forms, names, known, overrides) -> None:
         if name not in names and name not in known:
             raise fail(None, f"--set {name}: no such input",
                        did_you_mean(name, set(names) | set(known)) or "see `infest eval --json` inputs")
-        if value <= 0:
-            raise fail(None, f"--set {name}: the value must be positive")
+        if value < 0 or (value == 0 and not may_be_zero(name)):
+            raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
+                       f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
         if value > 10**30:
             raise fail(None, f"--set {name}: absurdly large value", "values must stay below 1e30")
 

@@ -492,7 +492,8 @@ def render(arch: Arch) -> str:
     for count, kinds in _runs(arch):
         lines += _repeat(arch, count, kinds)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
-    lines.append(_op(head + _kw(arch, "lm_head") + ")", 1, group="lm_head"))
+    # Engines compute logits only at the position they sample from: one token a sequence.
+    lines.append(_op(head + _kw(arch, "lm_head") + ", last_token=1)", 1, group="lm_head"))
     return "\n".join(lines + ["}", ""])
 
 

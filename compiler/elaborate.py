@@ -19,8 +19,8 @@ from infest.compiler.constraints import Constraint, dedupe
 from infest.compiler.cost import Cost
 from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
-from infest.compiler.params import Param, defaults_of, resolve_params
+from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
+from infest.compiler.params import TRAINED_CONTEXT, Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, N, T, sym
 
 if TYPE_CHECKING:
@@ -93,6 +93,13 @@ class CompiledModel:
         return graph
 
     @property
+    def trained_context(self) -> sympy.Expr | None:
+        """The context the model was trained for (its `trained_context` param, an input
+        symbol with a default), or None when the spec does not state it."""
+        param = self.params.get(TRAINED_CONTEXT)
+        return param.expr if param is not None else None
+
+    @property
     def inputs(self) -> dict[sympy.Symbol, sympy.Expr]:
         """Input params -> default values."""
         return defaults_of(self.params)
@@ -158,6 +165,7 @@ def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> Compil
         raise fail(model.name_span, f"model '{model.name}' has no ops",
                    "add ops such as `x = embed(tokens, vocab -> hidden)`")
     _check_policies(state)
+    _require_trained_context(state)
     state.errors.raise_if_any()
     return CompiledModel(model.name, model.title, file, state.params,
                          list(state.nodes.values()), _dtypes_of(scope, {}),
@@ -171,6 +179,17 @@ def _require(state: _State, kind: str, lhs: sympy.Expr, what: str, span: Span | 
     """Record a condition to re-check at evaluated inputs, if it depends on any."""
     if lhs.free_symbols or (rhs is not None and rhs.free_symbols):
         state.constraints.append(Constraint(kind, lhs, rhs, what, span, hint))
+
+
+def _require_trained_context(state: _State) -> None:
+    """N + T tokens (a prompt of N in prefill) must stay within the trained context."""
+    param = state.params.get(TRAINED_CONTEXT)
+    if param is None:
+        return
+    _require(state, "whole", param.expr, TRAINED_CONTEXT, param.span)
+    _require(state, "le", N + T, f"context N + T <= {TRAINED_CONTEXT}", param.span,
+             param.expr, "the model was trained for that many tokens; --set "
+             f"{TRAINED_CONTEXT}=... asks what if (e.g. a longer rope scaling)")
 
 
 def _require_param_limits(state: _State) -> None:
@@ -533,7 +552,7 @@ def _routed(cost: Cost, params: sympy.Expr, scope: _Scope):
     if scope.experts is None:
         return cost, params, params
     experts, k = scope.experts
-    touched = experts * (1 - (1 - k / experts) ** (B * T))  # expected distinct experts
+    touched = touched_experts(experts, k, B * T)
     scaled = cost.scale(flops=k, act_bytes=k, kv_bytes=k, weight_bytes=touched)
     return scaled, params * experts, params * k
 

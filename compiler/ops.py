@@ -208,6 +208,12 @@ def _mla(op: OpIn) -> OpOut:
 
 # ---- routing and escape hatch ------------------------------------------------------
 
+def touched_experts(experts: sympy.Expr, top_k: sympy.Expr, tokens: sympy.Expr) -> sympy.Expr:
+    """Expected distinct experts that `tokens` tokens, each routed uniformly to top_k of
+    `experts`, touch: E * (1 - (1 - k/E)^tokens), k at one token, approaching E."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
 def _moe(op: OpIn) -> OpOut:
     # The container: scatter tokens to k experts and combine their outputs (weighted sum).
     width, k = op.x.width, op.args["top_k"]

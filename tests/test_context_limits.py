@@ -97,3 +97,67 @@ def test_weights_floor_counts_touched_experts() -> None:
     r = a.evaluate({"B": 1})
     active_bytes = 2 * (r["params"]["active"] - 151_936 * 2048)
     assert one * 3.35e12 == pytest.approx(active_bytes, rel=1e-9)
+
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+def _config(stem: str) -> dict:
+    import json
+    return json.loads((HF / f"{stem}.config.json").read_text())
+
+
+@pytest.mark.parametrize("stem,context", [
+    ("meta-llama--Meta-Llama-3.1-8B", 131_072),  # max_position_embeddings; llama3 rope
+                                                 # scaling 8192 x 8 = 65536 is less
+    ("deepseek-ai--DeepSeek-V3", 163_840),       # YaRN 4096 x 40 = 163840, stated too
+    ("Qwen--Qwen3-30B-A3B", 40_960),             # no rope scaling
+    ("mistralai--Mixtral-8x7B-v0.1", 32_768)])
+def test_import_reads_the_trained_context(stem: str, context: int) -> None:
+    from infest.compiler.hf_import import read_arch, render
+    text = render(read_arch(_config(stem), f"{stem}.config.json"))
+    assert f"trained_context = {context}\n" in text
+
+
+def test_yarn_scaling_beyond_the_stated_context_wins() -> None:
+    from infest.compiler.hf_import import Config, trained_context
+    # Qwen3's documented YaRN extension: original 32768 x factor 4 = 131072 > 40960.
+    data = _config("Qwen--Qwen3-30B-A3B") | {"rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    assert trained_context(Config(data, "qwen.json")) == 131_072
+
+
+def test_bad_rope_factor_is_named() -> None:
+    from infest.compiler.hf_import import Config, trained_context
+    data = {"max_position_embeddings": 4096, "rope_scaling": {"factor": "eight"}}
+    with pytest.raises(SpecError, match="rope_scaling: config field 'factor' must be a "
+                                        "positive number"):
+        trained_context(Config(data, "c.json"))
+
+
+def test_imported_mistral_all_window_caps_at_its_config(tmp_path: Path) -> None:
+    from infest.compiler.hf_import import read_arch, render
+    # Mistral 7B v0.1 config: sliding_window 4096, max_position_embeddings 32768, vocab
+    # 32000 (the other sizes are Llama 3.1 8B's: 32 layers, 8 kv heads of 128).
+    data = _config("meta-llama--Meta-Llama-3.1-8B") | {
+        "model_type": "mistral", "sliding_window": 4096, "max_position_embeddings": 32768,
+        "rope_scaling": None, "vocab_size": 32000}
+    path = tmp_path / "mistral.arch"
+    path.write_text(render(read_arch(data, "mistral.config.json")))
+    a = analyze(path, hw="h100_sxm")
+    m = a.evaluate({"B": 1, "N": 30_000})["memory"]
+    assert m["max_context"] == 32_767 and m["kv_bytes"] == WINDOW_KV and m["fits"]
+    with pytest.raises(SpecError, match="trained_context"):
+        a.evaluate({"N": 32_768})
+
+
+def test_cli_refuses_a_context_beyond_the_trained_one(capsys) -> None:
+    from infest.exports.cli import main
+    llama = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
+    assert main(["eval", llama, "--hw", "h100_sxm", "--set", "N=128k"]) == 1
+    err = capsys.readouterr().err
+    assert "llama3_1_8b.arch:5:3: error: context N + T <= trained_context does not hold " \
+           "(131073 > 131072)" in err and "Traceback" not in err
+    # sweeps refuse the grid as a whole, naming the first cell beyond it
+    assert main(["sweep", llama, "--hw", "h100_sxm", "--B", "1", "--N", "4k,256k"]) == 1
+    assert "(262145 > 131072)" in capsys.readouterr().err

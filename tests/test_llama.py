@@ -45,8 +45,10 @@ def test_memory(result: dict) -> None:
     assert m["capacity_bytes"] == 80e9 and m["fits"] is True
     # max batch: floor((80e9 - 16,060,522,496) / (131,072 * 4097)) = floor(119.06) = 119
     assert m["max_batch"] == (80_000_000_000 - 2 * TOTAL) // (KV_PER_TOKEN * 4097) == 119
-    # max context at B=1: floor((80e9 - 16,060,522,496) / 131,072) - T = 487,819 - 1
-    assert m["max_context"] == (80_000_000_000 - 2 * TOTAL) // KV_PER_TOKEN - 1
+    # max context at B=1: memory allows floor((80e9 - 16,060,522,496) / 131,072) - T
+    # = 487,819 - 1, the trained context (131,072 tokens) only 131,072 - T
+    assert (80_000_000_000 - 2 * TOTAL) // KV_PER_TOKEN - 1 == 487_818
+    assert m["max_context"] == 131_072 - 1
 
 
 def test_flops_per_decoded_token(result: dict) -> None:

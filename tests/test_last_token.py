@@ -81,3 +81,12 @@ def test_chunked_prefill_attention(chunk: dict) -> None:
     assert _head(chunk)["flops"] == 2 * D * V
     # Memory holds N + T = 4608 tokens: 4608 x 131,072 bytes (32 layers x 4096).
     assert chunk["memory"]["kv_bytes"] == 4608 * 131_072
+
+
+def test_vocab_parallel_head_gathers_one_row_per_sequence() -> None:
+    r = analyze(LLAMA, hw="h100_sxm", phase="prefill").evaluate({"B": 2, "N": 512, "tp": 2})
+    gather = next(op for op in r["ops"] if op["name"] == "logits.all_gather")
+    # B = 2 rows of V = 128256 bf16 logits: 2 * 128256 * 2 = 513,024 bytes, not x 512
+    assert gather["bytes"] == 2 * V * 2 == 513_024
+    # each GPU multiplies its half of the vocabulary for the 2 last tokens
+    assert _head(r)["flops"] == 2 * 2 * D * V / 2

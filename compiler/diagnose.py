@@ -61,7 +61,7 @@ class Measured:
 def tokens_per_step(result: dict) -> float:
     """Tokens one step produces (B*T in decode, B*N in prefill), from the result itself."""
     s = result["step"]
-    return s["tokens_per_s"] * s["time_s"]
+    return s["tokens_per_s"] * s["roofline_s"]  # tokens_per_s is B*T / roofline_s
 
 
 # ---- occupancy: thread blocks per launch --------------------------------------------

@@ -19,8 +19,8 @@ from infest.compiler.constraints import Constraint, dedupe
 from infest.compiler.cost import Cost
 from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.ops import COMMON_KWARGS, OPS, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
-from infest.compiler.params import Param, defaults_of, resolve_params
+from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
+from infest.compiler.params import TRAINED_CONTEXT, Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, N, T, sym
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ class OpNode:
     kv_share: sympy.Expr = sympy.Integer(1)      # of its KV cache one GPU holds
     comm: "Collective | None" = None             # set on collective ops
     blocks: sympy.Expr | None = None             # thread blocks per launch, if stated
+    last_token: bool = False                     # runs on B rows (each sequence's last)
 
 
 @dataclass
@@ -90,6 +91,13 @@ class CompiledModel:
             graph.add_node(op.name, op=op)
             graph.add_edges_from((producer, op.name) for producer in op.inputs)
         return graph
+
+    @property
+    def trained_context(self) -> sympy.Expr | None:
+        """The context the model was trained for (its `trained_context` param, an input
+        symbol with a default), or None when the spec does not state it."""
+        param = self.params.get(TRAINED_CONTEXT)
+        return param.expr if param is not None else None
 
     @property
     def inputs(self) -> dict[sympy.Symbol, sympy.Expr]:
@@ -157,6 +165,7 @@ def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> Compil
         raise fail(model.name_span, f"model '{model.name}' has no ops",
                    "add ops such as `x = embed(tokens, vocab -> hidden)`")
     _check_policies(state)
+    _require_trained_context(state)
     state.errors.raise_if_any()
     return CompiledModel(model.name, model.title, file, state.params,
                          list(state.nodes.values()), _dtypes_of(scope, {}),
@@ -170,6 +179,17 @@ def _require(state: _State, kind: str, lhs: sympy.Expr, what: str, span: Span | 
     """Record a condition to re-check at evaluated inputs, if it depends on any."""
     if lhs.free_symbols or (rhs is not None and rhs.free_symbols):
         state.constraints.append(Constraint(kind, lhs, rhs, what, span, hint))
+
+
+def _require_trained_context(state: _State) -> None:
+    """N + T tokens (a prompt of N in prefill) must stay within the trained context."""
+    param = state.params.get(TRAINED_CONTEXT)
+    if param is None:
+        return
+    _require(state, "whole", param.expr, TRAINED_CONTEXT, param.span)
+    _require(state, "le", N + T, f"context N + T <= {TRAINED_CONTEXT}", param.span,
+             param.expr, "the model was trained for that many tokens; --set "
+             f"{TRAINED_CONTEXT}=... asks what if (e.g. a longer rope scaling)")
 
 
 def _require_param_limits(state: _State) -> None:
@@ -319,14 +339,28 @@ def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
     if inner_last is not None:
         tensors = tensors[:1] + [inner_last]
     dtypes = _dtypes_of(scope, common)
-    op_in = OpIn(tuple(tensors), dims, args, dtypes, lambda a, b: _equal(a, b, state))
+    last = _last_token(call, tensors, common)
+    op_in = OpIn(tuple(tensors), dims, args, dtypes, lambda a, b: _equal(a, b, state), last)
     try:
         out = rule.rule(op_in)
     except ShapeMismatch as mm:
         raise _shape_error(call, binding, tensors, mm, state) from None
     shape = dict(zip(("d_in", "d_out"), dims)) if dims else {}
     return _add_node(call, binding, scope, state, tensors, out, dtypes, common,
-                     {**args, **shape})
+                     {**args, **shape}, last)
+
+
+def _last_token(call: ast.Call, tensors: list[Tensor], common: dict) -> bool:
+    """Whether an op runs on each sequence's last position only: flagged `last_token=1`,
+    or fed only by such ops (a softmax over the logits)."""
+    flagged = bool(common.get("last_token", 0))
+    last = flagged or bool(tensors) and all(t.last_token for t in tensors)
+    if last and call.func in EVERY_TOKEN_KINDS:
+        why = "is flagged last_token=1" if flagged else "reads only last-token rows"
+        raise fail(call.span, f"{call.func}() {why}, but it needs every new token",
+                   "last_token=1 is for the ops after the final norm that only feed the "
+                   "logits (the LM head); embed, attention, mla and moe see every token")
+    return last
 
 
 def _split_args(call: ast.Call, rule: OpRule, binding: str, scope: _Scope, state: _State):
@@ -452,6 +486,10 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
         if not _at_defaults(value, state).subs({B: 1, N: 1, T: 1}) >= 1:
             raise fail(kw.value.span, "blocks must be 1 or more")
         return value
+    if kw.name == "last_token":  # a flag, like bias= and tied=
+        if not (isinstance(kw.value, ast.Num) and kw.value.value in (0, 1)):
+            raise fail(kw.value.span, "last_token= takes 0 or 1")
+        return int(kw.value.value)
     if kw.name == "bits":
         value = _at_defaults(_number(kw.value, state), state)
         if not value.is_Rational:
@@ -493,7 +531,8 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     return last
 
 
-def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -> Tensor:
+def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
+              last: bool) -> Tensor:
     _check_op_limit(call, state)
     name = _unique(scope.prefix + binding, state)
     cost, params, active = _routed(out.cost, out.params, scope)
@@ -503,9 +542,9 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
                   call.span, args=args, experts=scope.experts,
-                  blocks=common.get("blocks"))
+                  blocks=common.get("blocks"), last_token=last)
     state.nodes[name] = node
-    return Tensor(out.width, name)
+    return Tensor(out.width, name, last)
 
 
 def _routed(cost: Cost, params: sympy.Expr, scope: _Scope):
@@ -513,7 +552,7 @@ def _routed(cost: Cost, params: sympy.Expr, scope: _Scope):
     if scope.experts is None:
         return cost, params, params
     experts, k = scope.experts
-    touched = experts * (1 - (1 - k / experts) ** (B * T))  # expected distinct experts
+    touched = touched_experts(experts, k, B * T)
     scaled = cost.scale(flops=k, act_bytes=k, kv_bytes=k, weight_bytes=touched)
     return scaled, params * experts, params * k
 

@@ -22,6 +22,10 @@ FIELD_DOC = {
     "host_bw": ("GPU-to-host (CPU memory) link, one direction", BANDWIDTH),
     "host_capacity": ("host (CPU) memory for offload", BYTES),
 }
+# Fields a what-if may set to 0 (one source of truth for hardware files and --set): fixed
+# per-kernel and per-message costs. Bandwidths, peaks and capacities divide or bound, so
+# they stay positive.
+MAY_BE_ZERO = frozenset({"launch_overhead", "link_latency", "net_latency"})
 FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
 _COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "
@@ -54,11 +58,21 @@ def expected_dimension(name: str) -> str | None:
     return FLOPS_RATE if name.startswith("flops_") else FIELD_DIMENSIONS.get(name)
 
 
+def may_be_zero(name: str) -> bool:
+    """Whether a hardware field (or a --set of it) may be 0: a latency, not a rate."""
+    return name in MAY_BE_ZERO
+
+
 def field_doc(name: str) -> tuple[str, str]:
     """(description, base unit) of a hardware field."""
     if name.startswith("flops_"):
         return f"peak {name[6:]} math", "FLOP/s"
     return FIELD_DOC.get(name, (name.replace("_", " "), ""))  # dimensions are base units
+
+
+def sign_rule(name: str) -> str:
+    """What a field's value must be, for messages: "positive" or "0 or more"."""
+    return "0 or more" if may_be_zero(name) else "positive"
 
 
 def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
@@ -90,6 +104,6 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if want and got and got != want and not (want == COUNT and got is None):
         raise fail(f.value.span, f"'{f.name}' is a {want} quantity, not {got}",
                    _COUNT_PREFIX_HINT if got == COUNT else f"e.g. {f.name} = {_EXAMPLE.get(want, '1')}")
-    if f.value.value <= 0:
-        raise fail(f.value.span, f"'{f.name}' must be positive")
+    if f.value.value < 0 or (f.value.value == 0 and not may_be_zero(f.name)):
+        raise fail(f.value.span, f"'{f.name}' must be {sign_rule(f.name)}")
     return HwValue(f.value.value, got or want, f.span)

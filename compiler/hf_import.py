@@ -170,6 +170,7 @@ class Arch:
     experts: Experts | None
     plan: list[Layer]
     formats: Formats
+    context: int | None = None          # trained context in tokens, if the config says
 
 
 # ---- config -> Arch -------------------------------------------------------------------
@@ -235,7 +236,23 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
                 glu=_glu(cfg), mlp_bias=cfg.flag("mlp_bias"),
                 tied=cfg.flag("tie_word_embeddings"),  # every family here defaults to untied
                 attention=_attention(cfg, family, hidden), experts=experts, plan=plan,
-                formats=_formats(cfg, quant))
+                formats=_formats(cfg, quant), context=trained_context(cfg))
+
+
+def trained_context(cfg: Config) -> int | None:
+    """The context the model handles: max_position_embeddings, or a rope scaling's
+    original_max_position_embeddings x factor when that is larger (YaRN configs)."""
+    stated = cfg.opt_int("max_position_embeddings")
+    scaling = cfg.data.get("rope_scaling")
+    if not isinstance(scaling, dict) or scaling.get("factor") is None:
+        return stated
+    rope = Config(scaling, f"{cfg.source} rope_scaling")
+    original = rope.opt_int("original_max_position_embeddings")
+    factor = scaling["factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise rope._bad("factor", "a positive number")
+    scaled = int(original * factor) if original is not None else None
+    return max((c for c in (stated, scaled) if c is not None), default=None)
 
 
 def _family(cfg: Config) -> str:
@@ -492,7 +509,8 @@ def render(arch: Arch) -> str:
     for count, kinds in _runs(arch):
         lines += _repeat(arch, count, kinds)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
-    lines.append(_op(head + _kw(arch, "lm_head") + ")", 1, group="lm_head"))
+    # Engines compute logits only at the position they sample from: one token a sequence.
+    lines.append(_op(head + _kw(arch, "lm_head") + ", last_token=1)", 1, group="lm_head"))
     return "\n".join(lines + ["}", ""])
 
 
@@ -519,6 +537,9 @@ def _header(arch: Arch) -> list[str]:
         lines.append(f"MoE: {moe.experts} routed experts, top-{moe.top_k}, expert ffn "
                      f"{moe.ffn}{shared}.")
     lines.append(f"LM head {'tied to' if arch.tied else 'separate from'} the embedding.")
+    if arch.context:
+        lines.append(f"Trained context {arch.context} tokens (max_position_embeddings, or "
+                     "rope scaling original x factor when larger).")
     lines.append(_formats_note(arch))
     lines.append("Rope, dropout and scaling factors do not change bytes or FLOPs here.")
     return [f"# {row}" for text in lines for row in textwrap.wrap(text, 86)]
@@ -575,7 +596,8 @@ def _params(arch: Arch) -> list[list[tuple[str, str]]]:
     mlp += _expert_params(arch.experts) + [("vocab", str(arch.vocab))]
     if any(layer.sliding for layer in arch.plan):
         mlp.append(("window", str(arch.attention.window)))
-    return [size, _attention_params(arch), mlp]
+    context = [[("trained_context", str(arch.context))]] if arch.context else []
+    return context + [size, _attention_params(arch), mlp]
 
 
 def _attention_params(arch: Arch) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ import sympy
 from infest.compiler.elaborate import CompiledModel, OpNode
 from infest.compiler.keys import COST_KEYS, MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS  # noqa: F401
 from infest.compiler.functions import Max
-from infest.compiler.ops import L
+from infest.compiler.ops import L, touched_experts
 from infest.compiler.collectives import Links, call_time
 from infest.compiler.parallel import Layout, shard
 from infest.compiler.policy import Policy
@@ -99,7 +99,9 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
     step = {k: _total(ops, k) for k in COST_KEYS + TERM_KEYS + ("time_s", "kernels")}
     step["roofline_s"] = sympy.Add(*(op["count"] * Max(*(op[k] for k in HARD_KEYS))
                                      for op in ops))
-    step["tokens_per_s"] = B * T / step["time_s"]
+    # The throughput ceiling comes from the hard bound: time_s adds the launch floor, an
+    # assumption about the engine that a fused, graph-captured engine can beat.
+    step["tokens_per_s"] = B * T / step["roofline_s"]
     step["collectives"] = sympy.Add(*(op["count"] for op, node in zip(ops, model.ops)
                                       if node.comm is not None))
     step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW
@@ -107,10 +109,18 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
 
 
 def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:
-    """Bytes of every weight one token uses on one GPU, gathers aside: the one-line
-    decode floor (every stage of a pipeline runs in turn)."""
-    return sympy.Add(*(op.count * op.params_active * _rational(op.dtypes.weights.bytes)
+    """Bytes of every weight a step touches on one GPU, gathers aside: the one-line
+    decode floor (every stage of a pipeline runs in turn). An expert op's weights count
+    once per expert the replica's B*T tokens touch, not top_k times."""
+    return sympy.Add(*(op.count * _touched_params(op) * _rational(op.dtypes.weights.bytes)
                        * op.weight_share for op in model.ops if op.kind != "embed"))
+
+
+def _touched_params(op: OpNode) -> sympy.Expr:
+    if op.experts is None:
+        return op.params_active
+    experts, top_k = op.experts
+    return op.params / experts * touched_experts(experts, top_k, B * T / DP)
 
 
 def _rational(f) -> sympy.Rational:
@@ -160,7 +170,16 @@ def _memory(model: CompiledModel, phase: str) -> dict[str, sympy.Expr]:
             "total_bytes_per_gpu": weights_gpu + kv_gpu, "capacity_bytes": CAPACITY,
             "fits": sympy.Le(weights_gpu + kv_gpu, CAPACITY),
             "max_batch": DP * _max_batch(room, per_seq_gpu.xreplace({L: N + T})),
-            "max_context": _max_context(room, per_seq_gpu, phase)}
+            "max_context": _capped(_max_context(room, per_seq_gpu, phase), model, phase)}
+
+
+def _capped(longest: sympy.Expr, model: CompiledModel, phase: str) -> sympy.Expr:
+    """max_context within the trained context: N + T <= trained_context (a prompt of N in
+    prefill). sympy's own Min would try to order the two forms: evaluate=False."""
+    trained = model.trained_context
+    if trained is None:
+        return longest
+    return sympy.Min(trained - T if phase == "decode" else trained, longest, evaluate=False)
 
 
 def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
@@ -178,20 +197,26 @@ def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Exp
     K_S(L) = a*L + sum_S c_w*w + sum_notS c_w*L >= KV(L), with equality for the right S,
     so the largest feasible L is the max over S of the solutions of K_S(L) = room/B.
     """
+    if per_seq == 0:
+        return sympy.oo  # no KV cache: memory never bounds the context
     linear, windows = _split_windows(per_seq)
     budget = room / (B / DP)
     candidates = []
     for size in range(len(windows) + 1):
         for full in combinations(windows, size):
             slope = linear + sum((c for w, c in windows if (w, c) not in full), sympy.Integer(0))
-            if slope == 0:
-                continue  # every layer windowed: unbounded in this segment
             fixed = sum((c * w for w, c in full), sympy.Integer(0))
-            candidates.append((budget - fixed) / slope)
-    if not candidates:
-        return sympy.oo  # no KV cache, or every layer windowed: the cache stops growing
+            candidates.append(_candidate(budget, fixed, slope))
     longest = sympy.floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
     return Max(0, longest - T if phase == "decode" else longest)
+
+
+def _candidate(budget: sympy.Expr, fixed: sympy.Expr, slope: sympy.Expr) -> sympy.Expr:
+    """The longest L with fixed + slope*L <= budget; with every window full (slope 0) the
+    cache stops growing: any L if the full windows fit, none if they do not."""
+    if slope == 0:
+        return sympy.Piecewise((sympy.oo, sympy.Le(fixed, budget)), (-1, True))
+    return (budget - fixed) / slope
 
 
 def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Expr, sympy.Expr]]]:

@@ -25,6 +25,7 @@ class Tensor:
 
     width: sympy.Expr
     producer: str | None
+    last_token: bool = False  # one row per sequence (the position engines sample from)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class OpIn:
     args: dict[str, sympy.Expr]
     dt: DTypes
     equal: Callable[[sympy.Expr, sympy.Expr], bool]  # compares widths at param defaults
+    last_token: bool = False  # runs on each sequence's last position only (logits)
 
     @property
     def x(self) -> Tensor:
@@ -54,8 +56,9 @@ class OpIn:
 
     @property
     def tokens(self) -> sympy.Expr:
-        """Rows processed this step: B*T."""
-        return B * T
+        """Rows processed this step: B*T, or B for a last-token op (engines compute
+        logits only where they sample, in prefill and in a chunk of T new tokens alike)."""
+        return B if self.last_token else B * T
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,12 @@ def _mla(op: OpIn) -> OpOut:
 
 # ---- routing and escape hatch ------------------------------------------------------
 
+def touched_experts(experts: sympy.Expr, top_k: sympy.Expr, tokens: sympy.Expr) -> sympy.Expr:
+    """Expected distinct experts that `tokens` tokens, each routed uniformly to top_k of
+    `experts`, touch: E * (1 - (1 - k/E)^tokens), k at one token, approaching E."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
 def _moe(op: OpIn) -> OpOut:
     # The container: scatter tokens to k experts and combine their outputs (weighted sum).
     width, k = op.x.width, op.args["top_k"]
@@ -256,4 +265,8 @@ OPS: dict[str, OpRule] = {
 }
 OPTIONAL_ARGS = {"window", "sinks", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
                  "params", "width", "kv_per_token"}
-COMMON_KWARGS = ("kernels", "blocks", "weights", "kv", "act", "math", "residual", "bits")
+COMMON_KWARGS = ("kernels", "blocks", "weights", "kv", "act", "math", "residual", "bits",
+                 "last_token")
+# Ops that need every new token: they gather rows, write the KV cache or route tokens,
+# so `last_token=1` (or an input that holds only last positions) is refused on them.
+EVERY_TOKEN_KINDS = frozenset({"embed", "attention", "mla", "moe"})

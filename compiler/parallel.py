@@ -122,7 +122,8 @@ def _emit(op: "OpNode", w: _Walk, out: Place, work=ONE, weights=ONE, kv=ONE,
                    cost.comm_bytes)))
     inputs = tuple(w.alias.get(p, p) for p in op.inputs)
     w.ops.append(replace(op, cost=cost, inputs=inputs, weight_share=weights, kv_share=kv))
-    w.places[op.name] = out
+    # A last-token op (the LM head) holds one row per sequence: its gather moves B rows.
+    w.places[op.name] = replace(out, tokens=batch) if op.last_token else out
 
 
 def _expr(value: sympy.Expr | int) -> sympy.Expr:

@@ -106,7 +106,7 @@ class Runner:
                            did_you_mean(name, set(self.kinds) | set(self.defaults))
                            or "see `infest eval --json` inputs")
             if value <= 0:
-                raise fail(None, f"--set {name}: the value must be positive")
+                _check_sign(name, value)
             if value > MAX_VALUE:
                 raise fail(None, f"--set {name}: absurdly large value", "values must stay below 1e30")
 
@@ -185,6 +185,14 @@ class Runner:
             d[key] = tuple(d[key])
         d["uses"] = tuple(tuple(u) for u in d["uses"])
         return cls(**d)
+
+
+def _check_sign(name: str, value: Fraction) -> None:
+    """Only fields that may be 0 (latencies: compiler/hardware.py) may be 0; nothing < 0."""
+    from infest.compiler.hardware import MAY_BE_ZERO, may_be_zero, sign_rule
+    if value < 0 or not may_be_zero(name):
+        raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
+                   f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
 
 
 def _span(data: Mapping[str, Any] | None) -> Span | None:

@@ -213,6 +213,19 @@ def _check_over(overrides: Mapping[str, Any], over: tuple[str, list[int]], cells
                    "(MAX_CELLS)", "fewer --over values or a coarser grid")
 
 
+def within_trained_context(analysis: "Analysis", overrides: Mapping[str, Any],
+                           Ns: list[int]) -> list[int]:
+    """The contexts of a built-in grid the model was trained for: N + T <= trained_context
+    (a prompt N in prefill). Lists a user gives are checked, never clipped."""
+    trained = analysis.model.trained_context
+    if trained is None:
+        return Ns
+    values = {i.name: float(i.value) for i in analysis.inputs(overrides)}
+    limit = float(trained.xreplace({s: values[s.name] for s in trained.free_symbols}))
+    new = values.get("T", 1.0) if analysis.forms.phase == "decode" else 0.0
+    return [n for n in Ns if n + new <= limit] or Ns[:1]
+
+
 def parse_over(text: str) -> tuple[str, list[int]]:
     """`--over tp=1,2,4,8` -> ("tp", [1, 2, 4, 8]): any whole-numbered input as an axis."""
     name, sep, values = text.partition("=")

@@ -22,7 +22,7 @@ def measured_line(d: dict) -> str:
     """The measurement against the model's bound."""
     m = d["measured"]
     return (f"measured {duration(m['step_s'])} per step ({_rate(m['tokens_per_s'])}); "
-            f"the model's lower bound is {duration(d['bound_s'])}")
+            f"the model's time with the launch floor is {duration(d['bound_s'])}")
 
 
 def candidate_rows(d: dict) -> list[list[str]]:

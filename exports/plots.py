@@ -79,8 +79,10 @@ def write_plot(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int]
     check_plot_path(path)
     if kind not in PLOT_KINDS:
         raise fail(None, f"unknown plot kind {kind!r}", f"one of {', '.join(PLOT_KINDS)}")
+    from infest.compiler.sweep import within_trained_context
+    contexts = within_trained_context(analysis, overrides, _default_contexts())
     ctx = _Ctx(analysis, dict(overrides), _axis_or(Bs, _default_batches()),
-               _axis_or(Ns, _default_contexts()))
+               _axis_or(Ns, contexts))
     ctx.n_ref = ctx.Ns[len(ctx.Ns) // 2]
     panels = _PANELS if kind == "all" else [p for p in _PANELS if p[0] == kind]
     fig, axes = _figure(len(panels))
@@ -378,7 +380,9 @@ def _bound_handles() -> list:
 def _memory_limit(ax, ctx: _Ctx, xe: Any, ye: Any) -> None:
     """max_batch(N) as a line, everything above it hatched: the cells that do not fit."""
     import numpy as np
+    from infest.compiler.sweep import within_trained_context
     ns = sorted(set(np.maximum(1, np.geomspace(xe[0], xe[-1], 256).round()).astype(int).tolist()))
+    ns = within_trained_context(ctx.analysis, ctx.overrides, ns)  # the edge may pass it
     v = ctx.grid([1], ns)
     limit = np.broadcast_to(v["memory.max_batch"], (1, len(ns)))[0]
     limit = np.clip(limit, ye[0], ye[-1])

@@ -259,7 +259,7 @@ def _op_bound_formula(c: dict[str, str]) -> str:
 
 def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
     ws = b.wb["Summary"]
-    ws.append(["key", "value", "unit", "human", "human unit", "also"])
+    ws.append(["key", "value", "unit", "human", "human unit", "also", "note"])
     forms = b.analysis.forms
     rows = [("params", k, forms.params[k]) for k in ("total", "active")]
     rows += [("memory", k, forms.memory[k]) for k in MEMORY_KEYS]
@@ -275,7 +275,7 @@ def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
         _set_formula(ws.cell(row, 2), text, expr)
         _summary_units(ws, row, section, key)
     _bound_row(b, ws, len(rows) + 2, where)
-    _style_header(ws, widths=[26, 22, 10, 14, 10, 14])
+    _style_header(ws, widths=[26, 22, 10, 14, 10, 14, 52])
 
 
 def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
@@ -289,7 +289,7 @@ def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
         return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
     if section == "step" and key == "tokens_per_s":
         tokens = sym("B") * (sym("T") if b.analysis.forms.phase == "decode" else sym("N"))
-        return f"={excel_formula_split(tokens, b.names, b._helper)}/out_time_s"
+        return f"={excel_formula_split(tokens, b.names, b._helper)}/out_roofline_s"
     if section == "memory" and key == "fits":
         return "=out_total_bytes<=out_capacity_bytes"
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
@@ -317,9 +317,18 @@ _FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+0
             "tokens/s": "#,##0.0"}
 
 
+# Which step figures are hard bounds and which assume an engine (the "note" column).
+BOUND_NOTES = {"roofline_s": "hard bound: peaks, perfect overlap, no launch cost",
+               "tokens_per_s": "hard bound: B*T / roofline_s, no engine beats it",
+               "time_s": "with the launch floor: assumes launch_overhead per kernel",
+               "t_launch_s": "assumption about the engine, not part of the hard bound"}
+
+
 def _summary_units(ws, row: int, section: str, key: str) -> None:
     unit = {"params": "params", "bound": "s"}.get(section) or unit_of(key)
     ws.cell(row, 3, unit)
+    if section == "step" and key in BOUND_NOTES:
+        ws.cell(row, 7, BOUND_NOTES[key])
     ws.cell(row, 2).number_format = _FORMATS.get(unit, "General")
     ws.cell(row, 4).number_format = "0.000"
     if unit == "bytes":
@@ -361,7 +370,7 @@ class _Grid:
 def _grids() -> list[_Grid]:
     height = len(SWEEP_B) + 3
     return [_Grid("tokens/s (upper bound)", "tokens_per_s", 2),
-            _Grid("step time (s, lower bound)", "time_s", 2 + height)]
+            _Grid("step time with launch floor (s)", "time_s", 2 + height)]
 
 
 def _sweep_sheet(b: _Builder) -> None:
@@ -468,7 +477,7 @@ def _by_batch_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
 def _by_context_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
     """step time against context, one series per batch size."""
     chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context",
-                    "context N (tokens)", "step time (s, lower bound)")
+                    "context N (tokens)", "step time with launch floor (s)")
     header = grid.top + 1
     xs = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=header)
     for i in range(0, len(SWEEP_B), 2):

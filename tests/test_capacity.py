@@ -50,8 +50,10 @@ def test_max_batch_and_context(llama) -> None:
     cap = capacity(llama, {})  # B = 1, N = 4096, T = 1
     room = CAPACITY - HELD_WEIGHTS                      # 63,939,477,504 bytes
     assert cap["max_batch"] == room // (KV_TOKEN * 4097) == 119
-    # at B = 1: N + T <= room / KV_TOKEN = 487,819.8 -> N <= 487,818
-    assert cap["max_context"] == room // KV_TOKEN - 1 == 487_818
+    # at B = 1 memory allows N + T <= room / KV_TOKEN = 487,819.8 -> N <= 487,818, but the
+    # trained context (131072 tokens) caps it first: N <= 131072 - T = 131,071
+    assert room // KV_TOKEN - 1 == 487_818
+    assert cap["max_context"] == 131_072 - 1
 
 
 @pytest.mark.parametrize("mem, gpus", [

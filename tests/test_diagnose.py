@@ -23,7 +23,8 @@ CONTRACT = {"measured", "bandwidth", "comm", "launch", "occupancy", "amdahl", "k
 
 def _result(t_memory_s: float = 1e-3, kernels: int = 419) -> dict:
     """A minimal eval result: one token per step, the bound equal to the memory time."""
-    return {"step": {"t_memory_s": t_memory_s, "time_s": t_memory_s, "tokens_per_s": 1 / t_memory_s,
+    return {"step": {"t_memory_s": t_memory_s, "time_s": t_memory_s, "roofline_s": t_memory_s,
+                     "tokens_per_s": 1 / t_memory_s,
                      "kernels": kernels}, "ops": []}
 
 
@@ -206,18 +207,19 @@ def test_nsys_with_mapping_file(capsys) -> None:
 def test_depth_finds_where_the_measurement_falls_away(capsys, tmp_path: Path) -> None:
     plot, out = tmp_path / "depth.png", tmp_path / "DIAGNOSIS.md"
     bound = {n: analyze(LLAMA, hw="h200_sxm").evaluate({"N": n})["step"]["tokens_per_s"]
-             for n in (1024, 32768, 131072)}
-    # measured at 90%, 85% and 50% of the bound: 0.5 < 0.8 * 0.9 = 0.72 first at 131072
+             for n in (1024, 32768, 131071)}
+    # measured at 90%, 85% and 50% of the bound: 0.5 < 0.8 * 0.9 = 0.72 first at 131071
+    # (N + T = 131072, the trained context)
     args = ["--depth", f"1k={0.9 * bound[1024]}", "--depth", f"32k={0.85 * bound[32768]}",
-            "--depth", f"128k={0.5 * bound[131072]}"]
+            "--depth", f"131071={0.5 * bound[131071]}"]
     d = _diagnose_json(capsys, "--measured-step", "10ms", *args, "--plot", str(plot),
                        "--out", str(out))
-    assert d["depth"]["diverges_at"] == 131072
+    assert d["depth"]["diverges_at"] == 131071
     assert [round(p["ratio"], 2) for p in d["depth"]["points"]] == [0.9, 0.85, 0.5]
     assert plot.stat().st_size > 10_000
     text = out.read_text()
     assert "**Binding ceiling:" in text and "## What would prove this wrong" in text
-    assert "diverges from N = 131072" in text
+    assert "diverges from N = 131071" in text
 
 
 @pytest.mark.parametrize("args, message", [

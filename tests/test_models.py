@@ -79,9 +79,10 @@ def test_mixtral_8x7b() -> None:
 
 def test_mixtral_has_no_sliding_window() -> None:
     """The config's sliding_window is null: the cache grows with the full context."""
-    m = analyze(MODELS / "mixtral_8x7b.arch", hw="h200_sxm").evaluate({"B": 1, "N": 32768})
+    m = analyze(MODELS / "mixtral_8x7b.arch", hw="h200_sxm").evaluate({"B": 1, "N": 32767})
     # 2 (K, V) * 32 layers * 8 kv heads * 128 * 2 bytes = 131,072 per token, N + T tokens
-    assert m["memory"]["kv_bytes"] == 131_072 * (32768 + 1)
+    # (N + T = 32768, the trained context)
+    assert m["memory"]["kv_bytes"] == 131_072 * (32767 + 1)
 
 
 # ---- DeepSeek-V3 / Kimi K2 (one architecture): hidden 7168, 61 layers, MLA with

@@ -82,7 +82,9 @@ def test_sweep_cells_equal_eval(tmp_path: Path, soffice: str) -> None:
     wb = _recalculated(tmp_path, analysis, {}, soffice)
     ws = wb["Sweep"]
     header = 3  # N values across row 3, B values down column A (tokens/s grid)
-    for row, col in [(4, 2), (7, 5), (12, 9)]:
+    # (12, 8): N = 65536; the last column's N = 131072 (+ T) is past the trained context,
+    # which eval refuses
+    for row, col in [(4, 2), (7, 5), (12, 8)]:
         point = {"B": ws.cell(row, 1).value, "N": ws.cell(header, col).value}
         want = analysis.evaluate(point)["step"]["tokens_per_s"]
         assert ws.cell(row, col).value == pytest.approx(want, rel=1e-9)

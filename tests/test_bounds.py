@@ -1,0 +1,78 @@
+"""Bounds stay bounds (issue #10, item 1): tokens_per_s comes from the hard bound
+(roofline_s: datasheet peaks, perfect overlap, no launch cost), and what-if zeros that
+make physical sense (latencies) are accepted while rates and capacities stay positive."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infest.compiler.api import analyze
+from infest.compiler.hardware import MAY_BE_ZERO
+from infest.dsl.errors import SpecError
+
+ROOT = Path(__file__).parents[1]
+LLAMA = ROOT / "specs" / "models" / "llama3_1_8b.arch"
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return analyze(LLAMA, hw="h100_sxm")
+
+
+def test_tokens_per_s_is_the_hard_bound(llama) -> None:
+    step = llama.evaluate({"B": 8, "N": 4096})["step"]
+    # B*T = 8 tokens per step over the roofline, not over the launch-inclusive time.
+    assert step["tokens_per_s"] == pytest.approx(8 / step["roofline_s"], rel=1e-12)
+    # 419 kernels x 4 us: the launch floor lifts time_s above the roofline at B=8.
+    assert step["time_s"] > step["roofline_s"]
+    assert step["tokens_per_s"] > 8 / step["time_s"]
+
+
+def test_batch_one_throughput_is_bandwidth_over_bytes(llama) -> None:
+    # At B=1 every op is memory bound (a matmul does 2 FLOPs per 2-byte weight: intensity
+    # ~1 FLOP/byte, far below the H100 ridge 989e12 / 3.35e12 ~ 295), so the roofline is
+    # step bytes / mem_bw and the hard bound on throughput is mem_bw / step bytes.
+    step = llama.evaluate({"B": 1, "N": 4096})["step"]
+    assert step["tokens_per_s"] == pytest.approx(3.35e12 / step["bytes"], rel=1e-9)
+
+
+def test_launch_overhead_zero_is_a_what_if(llama) -> None:
+    r = llama.evaluate({"B": 1, "N": 4096, "launch_overhead": 0})
+    step = r["step"]
+    assert r["inputs"]["launch_overhead"] == 0
+    assert step["t_launch_s"] == 0
+    assert step["time_s"] == pytest.approx(step["roofline_s"], rel=1e-12)
+    assert step["bound"] == "weights"  # a zero launch term never binds
+    assert all(op["bound"] != "launch" for op in r["ops"])
+
+
+def test_link_latency_zero_leaves_the_bandwidth_term() -> None:
+    a = analyze(LLAMA, hw="h100_sxm")
+    r = a.evaluate({"B": 1, "N": 4096, "tp": 2, "link_latency": 0})
+    reduce = next(op for op in r["ops"] if op["kind"] == "all_reduce")
+    # Ring all-reduce over 2 GPUs: 2*(g-1)/g = 1 x payload / 450 GB/s, no latency.
+    assert reduce["t_comm_s"] == pytest.approx(reduce["bytes"] / 450e9, rel=1e-12)
+
+
+def test_may_be_zero_is_declared_once() -> None:
+    assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency"}
+
+
+@pytest.mark.parametrize("name", ["mem_bw", "flops_bf16", "mem_capacity", "link_bw", "B", "N"])
+def test_rates_capacities_and_sizes_stay_positive(llama, name: str) -> None:
+    with pytest.raises(SpecError, match=f"--set {name}: the value must be positive"):
+        llama.evaluate({name: 0})
+
+
+def test_negative_latency_is_refused(llama) -> None:
+    with pytest.raises(SpecError, match="launch_overhead: the value must be 0 or more"):
+        llama.evaluate({"launch_overhead": -1})
+
+
+def test_hardware_file_may_state_a_zero_latency(tmp_path: Path) -> None:
+    hw = tmp_path / "graphs.arch"
+    hw.write_text('hardware graphs "no launch cost" {\n  mem_capacity = 80 GB; '
+                  'mem_bw = 3.35 TB/s; flops_bf16 = 989 TFLOP/s\n  launch_overhead = 0 us\n}\n')
+    step = analyze(LLAMA, hw=hw).evaluate({"B": 1})["step"]
+    assert step["time_s"] == step["roofline_s"]

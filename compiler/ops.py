@@ -25,6 +25,7 @@ class Tensor:
 
     width: sympy.Expr
     producer: str | None
+    ops: tuple[str, ...] = ()  # every op its binding elaborated (nested calls first)
 
 
 @dataclass(frozen=True)

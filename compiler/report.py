@@ -36,6 +36,7 @@ def result_json(analysis: "Analysis", inputs: list[Input], values: dict[str, Any
         "model": forms.model.name,
         "hardware": analysis.hardware.name if analysis.hardware else None,
         "phase": forms.phase,
+        "engine": forms.engine.name,
         "inputs": {i.name: _input_value(i) for i in inputs},
         "params": {"total": _number("total", values["params.total"]),
                    "active": _number("active", values["params.active"]),

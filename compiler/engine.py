@@ -179,16 +179,19 @@ def _tensor_bytes(producer: "OpNode", mover: "OpNode") -> sympy.Expr:
 
 def split_at_collectives(model: "CompiledModel") -> "CompiledModel":
     """After sharding: a member fed by a collective that a member of its own group
-    started begins a new kernel (a collective is never inside a compute kernel)."""
+    started begins a new kernel whenever that collective runs (on several GPUs; a
+    collective is never inside a compute kernel)."""
+    from infest.compiler.collectives import several
     group = {op: i for i, f in enumerate(model.fusions) for op in f.ops}
     by_name = {op.name: op for op in model.ops}
 
-    def breaks(op: "OpNode") -> bool:
-        return any(by_name[p].comm is not None and
-                   any(group.get(src) == group[op.name] for src in by_name[p].inputs)
-                   for p in op.inputs if p in by_name)
+    def launches(op: "OpNode") -> sympy.Expr:
+        cuts = [several(by_name[p].comm.gpus) for p in op.inputs
+                if p in by_name and by_name[p].comm is not None
+                and any(group.get(src) == group[op.name] for src in by_name[p].inputs)]
+        return sympy.Max(*cuts) if cuts else sympy.Integer(0)
 
-    ops = [replace(op, cost=op.cost.replace(kernels=sympy.Integer(1)))
-           if op.comm is None and op.name in group and op.cost.kernels == 0 and breaks(op)
-           else op for op in model.ops]
+    ops = [replace(op, cost=op.cost.replace(kernels=launches(op)))
+           if op.comm is None and op.name in group and op.cost.kernels == 0 else op
+           for op in model.ops]
     return replace(model, ops=ops)

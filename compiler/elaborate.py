@@ -132,6 +132,8 @@ class _State:
     call_spans: list[Span] = field(default_factory=list)  # their call sites, innermost last
     suffixes: dict[str, int] = field(default_factory=dict)  # next free "#i" per op name
     constraints: list[Constraint] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # state.nodes' keys, for slicing
+    index: dict[str, int] = field(default_factory=dict)  # op -> its place in order
     fusions: list[Fusion] = field(default_factory=list)
     fused: dict[str, Span] = field(default_factory=dict)  # op -> the fuse that holds it
 
@@ -217,7 +219,8 @@ class _Poisoned(Exception):
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
     if isinstance(stmt, ast.FuseDef):
-        state.fusions.append(fusion_of(stmt, state.tensors, state.nodes, state.fused))
+        state.fusions.append(fusion_of(stmt, state.tensors, state.nodes, state.fused,
+                                     state.index))
     elif isinstance(stmt, (ast.LayerDef, ast.PolicyDef)):
         what = "layers" if isinstance(stmt, ast.LayerDef) else "policies"
         if not top:
@@ -313,9 +316,9 @@ def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
         raise fail(where, "an op binding must be a single op call", "e.g. `x = add(x, o)`")
     if stmt.target in state.params:
         raise fail(stmt.target_span, f"'{stmt.target}' is a param and cannot name a tensor")
-    first = len(state.nodes)
+    first = len(state.order)
     tensor = _op(stmt.value, stmt.target, scope, state, stmt.body)
-    tensor = replace(tensor, ops=tuple(list(state.nodes)[first:]))  # for `fuse`
+    tensor = replace(tensor, ops=tuple(state.order[first:]))  # for `fuse`
     state.tensors[stmt.target] = tensor
     return tensor
 
@@ -515,6 +518,8 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args) -
                   call.span, args=args, experts=scope.experts,
                   blocks=common.get("blocks"))
     state.nodes[name] = node
+    state.index[name] = len(state.order)
+    state.order.append(name)
     return Tensor(out.width, name)
 
 

@@ -87,8 +87,10 @@ def engine_hardware(hardware: "CompiledHardware | None", engine: Engine) -> "Com
 # ---- declaring a fusion (elaboration) ------------------------------------------------
 
 def fusion_of(stmt: ast.FuseDef, tensors: Mapping[str, "Tensor"],
-              nodes: Mapping[str, "OpNode"], fused: dict[str, Span]) -> Fusion:
-    """Resolve a `fuse` statement against the bindings made so far; record its ops."""
+              nodes: Mapping[str, "OpNode"], fused: dict[str, Span],
+              position: Mapping[str, int]) -> Fusion:
+    """Resolve a `fuse` statement against the bindings made so far (ops and their
+    places in elaboration order); record its ops."""
     ops: list[str] = []
     for ref in stmt.members:
         op = _member(ref, tensors, nodes)
@@ -101,8 +103,7 @@ def fusion_of(stmt: ast.FuseDef, tensors: Mapping[str, "Tensor"],
         raise fail(stmt.span, f"fuse '{stmt.name}' names one op", "a fusion joins two ops or more")
     _same_count(stmt, ops, nodes)
     fused.update({op: stmt.span for op in ops})
-    order = {name: i for i, name in enumerate(nodes) if name in ops}
-    return Fusion(stmt.name, tuple(sorted(ops, key=order.__getitem__)), stmt.span)
+    return Fusion(stmt.name, tuple(sorted(ops, key=position.__getitem__)), stmt.span)
 
 
 def _member(ref: ast.FuseRef, tensors: Mapping[str, "Tensor"], nodes: Mapping[str, "OpNode"]) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from infest.compiler.collectives import LINK_FIELDS, NET_FIELDS, Links
 from infest.compiler.elaborate import CompiledModel, elaborate
 from infest.compiler.evaluate import build_runner
+from infest.compiler.engine import engine_hardware, resolve_engine
 from infest.compiler.hardware import CompiledHardware, compile_hardware
 from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.model import Forms, build_forms
@@ -71,7 +72,7 @@ class Analysis:
     @cached_property
     def runner(self) -> Runner:
         """The sympy-free evaluator of these forms (built once)."""
-        return build_runner(self.forms, self.hardware, self.forms.layout.policy)
+        return build_runner(self.forms, self.hardware)
 
     def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
         """Every input with its value for this run (defaults, then overrides), checked."""
@@ -95,15 +96,21 @@ class Analysis:
 
 
 def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode",
-            model: str | None = None, policy: str | None = None) -> Analysis:
+            model: str | None = None, policy: str | None = None,
+            engine: str | None = None) -> Analysis:
     """Load a spec (and hardware), derive the closed forms for a phase under a sharding
-    policy (the named one, else `full`, else the first the model declares)."""
+    policy (the named one, else `full`, else the first the model declares) and an engine
+    profile (default eager: every op its own kernel; graphs: the spec's fusions, CUDA
+    graphs, its per-kernel floor as launch_overhead's default)."""
+    profile = resolve_engine(engine)
     program = load_program(Path(spec))
     compiled = load_model(spec, model, program)
     hardware = load_hardware(hw, program) if hw is not None else None
     if hardware is not None:
         _check_hardware_names(compiled, hardware)
-    forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware))
+    hardware = engine_hardware(hardware, profile)
+    forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware),
+                        profile)
     return Analysis(forms.model, hardware, forms)  # the model as one GPU of the layout runs it
 
 

@@ -18,6 +18,7 @@ from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
 from infest.compiler.constraints import Constraint, dedupe
 from infest.compiler.cost import Cost
 from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
+from infest.compiler.engine import Fusion, fusion_of
 from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
 from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
 from infest.compiler.params import TRAINED_CONTEXT, Param, defaults_of, resolve_params
@@ -81,6 +82,7 @@ class CompiledModel:
     stage_width: sympy.Expr | None = None        # width of the residual entering the layers
     # Conditions on inputs checked at every evaluated point (see compiler/constraints.py).
     constraints: list[Constraint] = field(default_factory=list)
+    fusions: tuple[Fusion, ...] = ()             # `fuse` groups, applied by a fusing engine
 
     @cached_property
     def graph(self) -> "nx.DiGraph":
@@ -138,6 +140,10 @@ class _State:
     call_spans: list[Span] = field(default_factory=list)  # their call sites, innermost last
     suffixes: dict[str, int] = field(default_factory=dict)  # next free "#i" per op name
     constraints: list[Constraint] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # state.nodes' keys, for slicing
+    index: dict[str, int] = field(default_factory=dict)  # op -> its place in order
+    fusions: list[Fusion] = field(default_factory=list)
+    fused: dict[str, Span] = field(default_factory=dict)  # op -> the fuse that holds it
 
 
 class _TooManyOps(SpecError):
@@ -171,7 +177,8 @@ def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> Compil
                          list(state.nodes.values()), _dtypes_of(scope, {}),
                          policies=state.policies, constraints=dedupe(state.constraints),
                          layers=sympy.Add(*state.layer_counts) if state.layer_counts
-                         else sympy.Integer(1), stage_width=state.stage_width)
+                         else sympy.Integer(1), stage_width=state.stage_width,
+                         fusions=tuple(state.fusions))
 
 
 def _require(state: _State, kind: str, lhs: sympy.Expr, what: str, span: Span | None,
@@ -231,7 +238,10 @@ class _Poisoned(Exception):
 
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
-    if isinstance(stmt, (ast.LayerDef, ast.PolicyDef)):
+    if isinstance(stmt, ast.FuseDef):
+        state.fusions.append(fusion_of(stmt, state.tensors, state.nodes, state.fused,
+                                     state.index))
+    elif isinstance(stmt, (ast.LayerDef, ast.PolicyDef)):
         what = "layers" if isinstance(stmt, ast.LayerDef) else "policies"
         if not top:
             raise fail(stmt.span, f"{what} are defined at the top level of a model")
@@ -313,7 +323,8 @@ def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
     if isinstance(stmt.value, ast.Call) and stmt.value.func in state.layers:
         if stmt.body is not None:
             raise fail(stmt.value.span, "a layer call takes no body")
-        state.tensors[stmt.target] = _call_layer(stmt.value, scope, state)
+        # A layer call's binding names no op of this block (`fuse` looks inside layers).
+        state.tensors[stmt.target] = replace(_call_layer(stmt.value, scope, state), ops=())
         return state.tensors[stmt.target]
     if not isinstance(stmt.value, ast.Call) or stmt.value.func not in OPS:
         where = stmt.value.span
@@ -325,7 +336,9 @@ def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
         raise fail(where, "an op binding must be a single op call", "e.g. `x = add(x, o)`")
     if stmt.target in state.params:
         raise fail(stmt.target_span, f"'{stmt.target}' is a param and cannot name a tensor")
+    first = len(state.order)
     tensor = _op(stmt.value, stmt.target, scope, state, stmt.body)
+    tensor = replace(tensor, ops=tuple(state.order[first:]))  # for `fuse`
     state.tensors[stmt.target] = tensor
     return tensor
 
@@ -544,6 +557,8 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
                   call.span, args=args, experts=scope.experts,
                   blocks=common.get("blocks"), last_token=last)
     state.nodes[name] = node
+    state.index[name] = len(state.order)
+    state.order.append(name)
     return Tensor(out.width, name, last)
 
 

@@ -33,7 +33,7 @@ def input_names(forms: Forms) -> list[str]:
     return builtins + parallel + model + hardware
 
 
-def build_runner(forms: Forms, hw: CompiledHardware | None, policy: str | None) -> Runner:
+def build_runner(forms: Forms, hw: CompiledHardware | None) -> Runner:
     """The sympy-free evaluator of these forms: inputs, generated code, names, spans."""
     names = input_names(forms)
     layout = form_layout(forms)
@@ -41,7 +41,8 @@ def build_runner(forms: Forms, hw: CompiledHardware | None, policy: str | None) 
     check_names = _check_names(forms, hw, names)
     model = forms.model
     return Runner(
-        model=model.name, hardware=hw.name if hw else None, phase=forms.phase, policy=policy,
+        model=model.name, hardware=hw.name if hw else None, phase=forms.phase,
+        policy=forms.layout.policy, engine=forms.engine.name,
         groups=tuple(forms.groups), names=tuple(names), kinds=_kinds(forms),
         defaults=_known_values(forms, hw),
         derived=tuple(p for p, v in model.params.items() if not v.is_input),

@@ -708,10 +708,12 @@ def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
     qkv = ", bias=1" if att.qkv_bias else ""
     lines = [_op(f"q = linear(h, hidden -> heads * head_dim{qkv}{kw})", 2, group="attention"),
              _op(f"k = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
-             _op(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2)]
+             _op(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
+             _op("fuse qkv { q, k, v }", 2, comment="one GEMM, concatenated weights")]
     if att.qk_norm:
         lines += [_op("q = rmsnorm(q, dim=head_dim)", 2, comment="QK-norm: head_dim weights"),
-                  _op("k = rmsnorm(k, dim=head_dim)", 2)]
+                  _op("k = rmsnorm(k, dim=head_dim)", 2),
+                  _op("fuse qk_norm { q, k }", 2, comment="both QK-norms in one kernel")]
     extra = (", window=window" if kind.sliding else "") + (", sinks=1" if att.sinks else "")
     lines.append(_op(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
                      f"{_kw(arch, 'attention_core')})", 2,
@@ -720,32 +722,52 @@ def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
     return lines + [_op(f"o = linear(a, heads * head_dim -> hidden{o_bias}{kw})", 2)]
 
 
+_LATENT = _op("c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2, group="latent",
+              comment="latent + shared rope key")
+_LATENT_NORM = _op("c = rmsnorm(c, dim=kv_lora_rank)", 2, comment="kv_a_layernorm (latent part)")
+
+
 def _mla_lines(arch: Arch) -> list[str]:
     kw = _kw(arch, "attention")
     q_out = "heads * (nope_dim + rope_dim)"
     if arch.attention.mla and arch.attention.mla["q_lora_rank"] is not None:
         # The latent down-projections stay whole under tensor parallel, as in engines.
+        # Engines run both down-projections as one GEMM and both latent norms as one kernel.
         lines = [_op(f"cq = linear(h, hidden -> q_lora_rank{kw})", 2, group="latent"),
+                 _LATENT,
+                 _op("fuse fuse_a { cq, c }", 2, comment="one GEMM: q_a and kv_a concatenated"),
                  _op("cq = rmsnorm(cq)", 2, comment="q_a_layernorm"),
+                 _LATENT_NORM,
+                 _op("fuse latent_norms { cq, c }", 2, comment="both latent RMSNorms in one kernel"),
                  _op(f"q = linear(cq, q_lora_rank -> {q_out}{kw})", 2, group="attention")]
     else:
-        lines = [_op(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention")]
-    return lines + [
-        _op(f"c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2, group="latent",
-            comment="latent + shared rope key"),
-        _op("c = rmsnorm(c, dim=kv_lora_rank)", 2, comment="kv_a_layernorm (latent part)"),
+        lines = [_op(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention"),
+                 _LATENT, _LATENT_NORM]
+    return [line.replace("{kw}", kw) for line in lines] + [
         _op("a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim"
             f"{_kw(arch, 'attention_core')})", 2, group="attention"),
         _op(f"o = linear(a, heads * v_dim -> hidden{kw})", 2)]
 
 
 def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:
-    lines = [_op("h = rmsnorm(x)", 2, group="norm")]
+    lines = [_op("h = rmsnorm(x)", 2, group="norm"),
+             _op("fuse add_norm { x, h }", 2, comment="residual add + RMSNorm, one kernel")]
     if not kind.moe:
         bias = ", bias=1" if arch.mlp_bias else ""
         return lines + _glu_lines(arch, "ffn", bias + _kw(arch, "mlp"), 2, "mlp") + \
-            [_op("x = add(x, d)", 2)]
+            [_op("x = add(x, d)", 2)] + _glu_fusions(arch, "gate_up", "down_add", "d")
     return lines + _moe_lines(arch)
+
+
+def _glu_fusions(arch: Arch, up: str, down: str, d: str, prefix: str = "",
+                 combine: str = "") -> list[str]:
+    """`fuse` lines for a gated MLP: gate+up GEMM with its activation, then the down
+    GEMM with the residual add (and a moe block's combine) in its epilogue."""
+    g, u = f"{prefix}g", f"{prefix}u"
+    return [_op(f"fuse {up} {{ {g}, {u}, {d}.{arch.glu} }}", 2,
+                comment="gate+up GEMM with the activation in its epilogue"),
+            _op(f"fuse {down} {{ {d},{combine} x }}", 2,
+                comment="residual add in the GEMM epilogue")]
 
 
 def _glu_lines(arch: Arch, width: str, kw: str, depth: int, group: str | None,
@@ -766,10 +788,12 @@ def _moe_lines(arch: Arch) -> list[str]:
     bias = ", bias=1" if moe.bias else ""
     lines += _glu_lines(arch, "expert_ffn", bias, 3, None, comment="one expert's gated MLP")
     lines += ["    }", _op("x = add(x, m)", 2)]
+    lines += _glu_fusions(arch, "experts_up", "experts_down", "d", combine=" m,")
     if moe.shared_ffn:
         lines += _glu_lines(arch, "shared_ffn", _kw(arch, "shared_expert"), 2,
                             "shared_expert", prefix="s", comment="every token: always read")
         lines.append(_op("x = add(x, sd)", 2))
+        lines += _glu_fusions(arch, "shared_up", "shared_add", "sd", prefix="s")
     return lines
 
 

@@ -17,6 +17,7 @@ from infest.compiler.keys import COST_KEYS, MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS,
 from infest.compiler.functions import Max
 from infest.compiler.ops import L, touched_experts
 from infest.compiler.collectives import Links, call_time
+from infest.compiler.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse, split_at_collectives
 from infest.compiler.parallel import Layout, shard
 from infest.compiler.policy import Policy
 from infest.compiler.symbols import B, N, PARALLEL, T, sym
@@ -41,6 +42,7 @@ class Forms:
     bound_terms: dict[str, sympy.Expr] = field(default_factory=dict)
     parallel: dict[str, sympy.Expr] = field(default_factory=dict)
     layout: Layout = field(default_factory=lambda: Layout(None, ()))
+    engine: Engine = ENGINES[DEFAULT_ENGINE]
 
     def all_exprs(self) -> list[sympy.Expr]:
         """Every form, flattened (for symbol collection and lambdify)."""
@@ -56,17 +58,20 @@ def peak_symbol(peak: str) -> sympy.Symbol:
 
 
 def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | None = None,
-                links: Links = Links()) -> Forms:
+                links: Links = Links(), engine: Engine = ENGINES[DEFAULT_ENGINE]) -> Forms:
     """Derive every closed form for a phase ('decode' or 'prefill') as one GPU of the
-    layout runs it (tp, ep, pp, dp are inputs; all 1 is one GPU)."""
+    layout runs it (tp, ep, pp, dp are inputs; all 1 is one GPU) under an engine
+    profile (a fusing engine runs each `fuse` group as one kernel)."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}")
-    model, layout = shard(model, policy, links)
+    model, layout = shard(fuse(model) if engine.fused else model, policy, links)
+    if engine.fused:
+        model = split_at_collectives(model)
     ops = [_op_forms(op, links) for op in model.ops]
     step = _step(model, ops)
     parallel = {"tp": TP, "ep": EP, "pp": PP, "dp": DP, "gpus": TP * PP * DP}
     forms = Forms(model, phase, _params(model), _groups(model), _memory(model, phase), step,
-                  ops, _bound_terms(step), parallel, layout)
+                  ops, _bound_terms(step), parallel, layout, engine)
     return _rewrite_prefill(forms) if phase == "prefill" else forms
 
 
@@ -263,4 +268,4 @@ def _rewrite_prefill(forms: Forms) -> Forms:
     memory = {k: (v if k == "max_context" else v.xreplace(swap)) for k, v in forms.memory.items()}
     return Forms(forms.model, "prefill", forms.params, forms.groups, memory, sub(forms.step),
                  [sub(op) for op in forms.ops], sub(forms.bound_terms), forms.parallel,
-                 forms.layout)
+                 forms.layout, forms.engine)

@@ -26,6 +26,7 @@ class Tensor:
     width: sympy.Expr
     producer: str | None
     last_token: bool = False  # one row per sequence (the position engines sample from)
+    ops: tuple[str, ...] = ()  # every op its binding elaborated (nested calls first)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ def result_json(runner: "Runner", inputs: list[Input], values: dict[str, Any]) -
         "model": runner.model,
         "hardware": runner.hardware,
         "phase": runner.phase,
+        "engine": runner.engine,
         "inputs": {i.name: _input_value(i) for i in inputs},
         "params": {"total": _number("total", values["params.total"]),
                    "active": _number("active", values["params.active"]),

@@ -66,6 +66,7 @@ class Runner:
     hardware: str | None
     phase: str
     policy: str | None
+    engine: str
     groups: tuple[str, ...]
     names: tuple[str, ...]             # the forms' inputs, in argument order
     kinds: dict[str, str]              # every input name that may be set -> its kind

@@ -158,7 +158,30 @@ class PolicyDef:
     name_span: Span
 
 
-Stmt = Union[Assign, DtypeDecl, Repeat, GroupStmt, LayerDef, PolicyDef]
+@dataclass(frozen=True)
+class FuseRef:
+    """One member of a fusion: a binding of the block, or `binding.kind` for an op
+    nested in that binding's call (`d.silu_mul`)."""
+
+    binding: str
+    kind: str | None
+    span: Span
+
+    def __str__(self) -> str:
+        return self.binding if self.kind is None else f"{self.binding}.{self.kind}"
+
+
+@dataclass(frozen=True)
+class FuseDef:
+    """`fuse name { a, b.kind, c }`: ops that a fusing engine runs as one kernel."""
+
+    name: str
+    members: tuple[FuseRef, ...]
+    span: Span
+    name_span: Span
+
+
+Stmt = Union[Assign, DtypeDecl, Repeat, GroupStmt, LayerDef, PolicyDef, FuseDef]
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,17 @@ class _ToAst(Transformer_NonRecursive):
         names = [str(c) for c in children if not isinstance(c, _ByName)]
         return ast.Split(tuple(names[:-1]), names[-1], by, self._span(meta))
 
+    @v_args(meta=True)
+    def fuse_def(self, meta: Any, children: list) -> ast.FuseDef:
+        name, *refs = children
+        return ast.FuseDef(str(name), tuple(r for r in refs if isinstance(r, ast.FuseRef)),
+                           self._span(meta), _span_of(name, self.file))
+
+    @v_args(meta=True)
+    def fuse_ref(self, meta: Any, children: list) -> ast.FuseRef:
+        kind = str(children[1]) if len(children) > 1 else None
+        return ast.FuseRef(str(children[0]), kind, self._span(meta))
+
     def split_by(self, children: list) -> str:
         return _ByName(children[0])
 

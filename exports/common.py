@@ -27,6 +27,10 @@ def add_spec_args(p: argparse.ArgumentParser, hw_required: bool, phase: bool = T
     p.add_argument("--policy", metavar="NAME",
                    help="sharding policy the spec declares (default: full); set the layout "
                         "with --set tp=8 --set ep=8 --set pp=2 --set dp=2")
+    p.add_argument("--engine", metavar="NAME",
+                   help="engine profile: eager (default: every op its own kernel, the "
+                        "hardware's launch_overhead) or graphs (the spec's fusions, CUDA "
+                        "graphs, 1.5 us per kernel)")
 
 
 def parse_sets(items: list[str]) -> dict[str, Fraction]:
@@ -57,4 +61,4 @@ def make_analysis(args: argparse.Namespace) -> "Analysis":
     """Load the spec and hardware named on the command line."""
     from infest.compiler.api import analyze
     return analyze(args.spec, hw=args.hw, phase=args.phase, model=args.model,
-                   policy=args.policy)
+                   policy=args.policy, engine=args.engine)

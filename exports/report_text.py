@@ -61,7 +61,7 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["time with launch floor (assumes the engine)", duration(s["time_s"])],
         ["check: weights touched / mem_bw", duration(s["weights_floor_s"])],
         ["tokens/s hard bound (B*T / roofline)", f"{s['tokens_per_s']:.4g} tok/s"],
-        ["kernels per step", str(s["kernels"])],
+        ["kernels per step", _kernels(result)],
         ["collectives per step", f"{s['collectives']} calls, {si(s['comm_bytes'], 'B')} "
          f"({duration(s['t_comm_s'])})"],
         ["binding ceiling", s["bound"]],
@@ -75,6 +75,13 @@ def _per_gpu_rows(result: dict) -> list[list[str]]:
     m = result["memory"]
     return [["weights / KV per GPU", f"{bytes_both(m['weights_bytes_per_gpu'])} / "
                                      f"{bytes_both(m['kv_bytes_per_gpu'])}"]]
+
+
+def _kernels(result: dict) -> str:
+    """`419, engine eager: 4 us each, launch bill 1.68 ms` (the launch floor's inputs)."""
+    s, per = result["step"], result["inputs"].get("launch_overhead")
+    each = f": {duration(per)} each" if per is not None else ""
+    return f"{s['kernels']}, engine {result['engine']}{each}, launch bill {duration(s['t_launch_s'])}"
 
 
 def layout_line(result: dict) -> str:

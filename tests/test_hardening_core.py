@@ -194,7 +194,7 @@ def test_set_layers_makes_gpt_oss_repeat_count_fractional(capsys):
     assert main(["eval", str(MODELS / "gpt_oss_20b.arch"), "--hw", "h200_sxm",
                  "--set", "layers=25"]) == 1
     err = capsys.readouterr().err
-    assert "gpt_oss_20b.arch:51:10: error: repeat count must be a whole number, got 12.5 " \
+    assert "gpt_oss_20b.arch:55:10: error: repeat count must be a whole number, got 12.5 " \
            "at layers=25" in err
 
 

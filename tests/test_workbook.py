@@ -113,3 +113,17 @@ def test_formula_cells_carry_their_symbolic_form(tmp_path: Path) -> None:
     # The cache held: 2 (K, V) * layers * kv_heads * head_dim (hidden/heads) * 2 bytes per
     # token, for B sequences of N + T tokens.
     assert cell.comment.text == "4*B*hidden*kv_heads*layers*(N + T)/heads"
+
+
+def test_graphs_engine_workbook_keeps_launch_overhead_a_live_input(tmp_path: Path, soffice: str) -> None:
+    # --engine graphs: fused kernels (227 for Llama 3.1 8B), launch_overhead 1.5 us by
+    # default; a planner sets 1 us and LibreOffice gives eval's numbers at that value.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="graphs")
+    edits = {"launch_overhead": 1e-6, "B": 4}
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    expected = analysis.evaluate(edits)
+    assert _no_error_cells(wb) == []
+    assert _cell(wb, "out_kernels").value == 227
+    assert _cell(wb, "out_t_launch_s").value == pytest.approx(227 * 1e-6)  # 227 us
+    for key in ("time_s", "act_bytes", "roofline_s"):
+        _assert_close(_cell(wb, f"out_{key}").value, expected["step"][key], key)

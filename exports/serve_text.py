@@ -50,6 +50,6 @@ def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
 
 def _plan_line(c: Mapping[str, Any]) -> str:
     return (f"{c['gpus']:>5} GPUs  tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} "
-            f"{c['policy']:<12} {c['replicas']} x B={c['concurrency_per_replica']:<5} "
+            f"{c['policy']:<12} {c['replicas']} x C={c['concurrency_per_replica']:<5} "
             f"TTFT {duration(c['ttft_s'])}  TPOT {duration(c['tpot_s'])}  "
             f"{c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  {c['tokens_per_s_per_user']:,.1f} tok/s/user")

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.plan import Demand, plan
+from infest.compiler.plan import Demand, carried, plan
 from infest.compiler.serve import Engine, Request, serve
 from infest.dsl.errors import SpecError
 
@@ -18,21 +19,44 @@ def _engine(policy: str = "full") -> Engine:
                     for p in ("decode", "prefill")))
 
 
-def test_plan_best_equals_serve_at_its_layout() -> None:
+def test_plan_best_equals_serve_at_its_layout_and_concurrency() -> None:
     engines = {"full": _engine()}
     r = plan(engines, Demand(2048, 64, users=100, tpot_max=0.02, gpus_max=8), {})
     best = r["best"]
     layout = {k: best[k] for k in ("tp", "ep", "pp", "dp")}
-    s = serve(engines["full"], Request(2048, 64, best["concurrency_per_replica"]), layout)
+    c, batch = best["concurrency_per_replica"], best["batch_per_replica"]
+    # The batch evaluated is the carried concurrency rounded up to a multiple of dp.
+    assert batch == -(-c // best["dp"]) * best["dp"]
+    s = serve(engines["full"], Request(2048, 64, batch), layout)
     assert best["tpot_s"] == pytest.approx(s["tpot_s"], rel=1e-12)
     assert best["ttft_s"] == pytest.approx(s["ttft_s"], rel=1e-12)
+    if batch == c:  # then every serve throughput is the candidate's too
+        assert best["tokens_per_s_per_gpu"] == pytest.approx(s["tokens_per_s_per_gpu"], rel=1e-12)
     assert best["tpot_s"] <= 0.02 and best["gpus"] <= 8
-    # 100 users at B per replica: ceil(100 / B) replicas of tp x pp x dp GPUs.
-    assert best["replicas"] == -(-100 // best["concurrency_per_replica"])
+    # 100 users: ceil(100 / C) replicas of tp x pp x dp GPUs, C = ceil(100 / replicas).
+    assert best["replicas"] == -(-100 // c) and c == -(-100 // best["replicas"])
     assert best["gpus"] == best["replicas"] * best["tp"] * best["pp"] * best["dp"]
     assert min(c["gpus"] for c in r["candidates"]) == best["gpus"]
     assert best in r["pareto"] or any(
         p["tokens_per_s_per_gpu"] >= best["tokens_per_s_per_gpu"] for p in r["pareto"])
+
+
+def test_a_replica_carries_its_share_of_the_users_not_its_slots() -> None:
+    # 1000 users: 2048 slots -> 1 replica carrying 1000; 600 -> ceil(1000/600) = 2 replicas
+    # of 500; 300 -> 4 of 250; 7 -> 143 replicas of ceil(1000/143) = ceil(6.99) = 7;
+    # 3 -> 334 of ceil(2.994) = 3.
+    slots = np.array([2048.0, 600.0, 300.0, 7.0, 3.0])
+    assert carried(1000, slots).tolist() == [1000, 500, 250, 7, 3]
+    assert carried(None, slots).tolist() == slots.tolist()  # a request rate fills batches
+
+
+def test_no_candidate_carries_more_than_the_users_and_dense_models_keep_ep_1() -> None:
+    r = plan({"full": _engine()}, Demand(128, 16, users=10, gpus_max=4), {})
+    # Llama 3.1 8B has no experts: ep > 1 would only repeat the ep = 1 rows.
+    assert {c["ep"] for c in r["candidates"]} == {1}
+    assert max(c["concurrency_per_replica"] for c in r["candidates"]) == 10
+    keys = [(c["tp"], c["pp"], c["dp"], c["concurrency_per_replica"]) for c in r["candidates"]]
+    assert len(keys) == len(set(keys))  # one row per layout and load
 
 
 def test_a_tpot_limit_no_layout_meets_names_the_limit_and_the_best() -> None:

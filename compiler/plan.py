@@ -76,7 +76,8 @@ def carried(users: int | None, slots: np.ndarray) -> np.ndarray:
 
 def evaluate_grid(engine: "Engine", demand: Demand, overrides: Mapping[str, Any],
                   grid: np.ndarray) -> dict[str, np.ndarray]:
-    """TTFT, TPOT (estimate), gpus, valid for every layout row x B: shape (L, nb)."""
+    """TTFT, TPOT (estimate), B and C, layout gpus, ok (valid and the decode fits) and
+    ok_prefill (valid and the prefill fits) for every layout row x B: shape (L, nb)."""
     per_rank = 2.0 ** np.arange(int(math.log2(MAX_PER_RANK)) + 1)
     base = [_base(a, overrides) for a in (engine.decode, engine.prefill)]
     parts = [_block(engine, demand, base, grid[i:i + BLOCK_LAYOUTS], per_rank)
@@ -102,7 +103,8 @@ def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows:
     time = np.broadcast_to(dec["step.time_s"], shape + (len(contexts) + 1,))
     valid = dec["valid"][..., -1] & pre["valid"][..., 0]
     fits = np.broadcast_to(dec["memory.fits"], time.shape)[..., -1]
-    return {"tpot": time[..., :-1].mean(axis=-1),
+    fits_prefill = np.broadcast_to(pre["memory.fits"], shape + (1,))[..., 0]
+    return {"tpot": time[..., :-1].mean(axis=-1), "ok_prefill": valid & fits_prefill,
             "ttft": np.broadcast_to(pre["step.time_s"], shape + (1,))[..., 0],
             "B": np.broadcast_to(B[..., 0], shape), "C": np.broadcast_to(C[..., 0], shape),
             "ok": valid & fits,
@@ -122,17 +124,24 @@ def plan(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str
          ) -> dict[str, Any]:
     """candidates (meeting limits and fitting, best first), best, pareto; an error naming
     the binding limit when none meets them."""
-    _check_demand(demand, overrides)
-    rows = []
-    for policy, engine in engines.items():
-        grid = layouts(demand.gpus_max or LAYOUT_GPUS, used_degrees(engine))
-        g = evaluate_grid(engine, demand, overrides, grid)
-        rows += _candidates(policy, grid, g, demand)
+    check_demand(demand, overrides)
+    rows = [c for policy, grid, g in grids(engines, demand, overrides)
+            for c in _candidates(policy, grid, g, demand)]
     meeting = [c for c in rows if _meets(c, demand)]
     if not meeting:
-        raise _no_answer(rows, demand)
+        raise no_answer(rows, demand)
     meeting.sort(key=lambda c: (c["gpus"], -c["tokens_per_s_per_gpu"]))
     return {"candidates": meeting, "best": meeting[0], "pareto": pareto(meeting)}
+
+
+def grids(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str, Any]
+          ) -> list[tuple[str, np.ndarray, dict[str, np.ndarray]]]:
+    """(policy, layout rows, evaluate_grid's arrays) for every policy."""
+    out = []
+    for policy, engine in engines.items():
+        grid = layouts(demand.gpus_max or LAYOUT_GPUS, used_degrees(engine))
+        out.append((policy, grid, evaluate_grid(engine, demand, overrides, grid)))
+    return out
 
 
 def _candidates(policy: str, grid: np.ndarray, g: Mapping[str, np.ndarray],
@@ -183,7 +192,7 @@ def pareto(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return front
 
 
-def _no_answer(rows: list[dict[str, Any]], d: Demand):
+def no_answer(rows: list[dict[str, Any]], d: Demand):
     """Which limit binds, and the best any fitting layout achieved on it."""
     from infest.exports.human import duration
     if not rows:
@@ -193,21 +202,22 @@ def _no_answer(rows: list[dict[str, Any]], d: Demand):
         if limit is not None and all(c[key] > limit for c in rows):
             top = min(rows, key=lambda c: c[key])
             return fail(None, f"no layout meets {flag} {duration(limit)}: the best is "
-                        f"{duration(top[key])} ({_describe(top)})", f"relax {flag}")
+                        f"{duration(top[key])} ({describe(top)})", f"relax {flag}")
     fewest = min(rows, key=lambda c: c["gpus"] if _meets({**c, "gpus": 0}, d) else math.inf)
     if d.gpus_max is not None and _meets({**fewest, "gpus": 0}, d):
         return fail(None, f"--gpus-max {d.gpus_max} binds: the fewest GPUs meeting the other "
-                    f"limits is {fewest['gpus']} ({_describe(fewest)})", "raise --gpus-max")
+                    f"limits is {fewest['gpus']} ({describe(fewest)})", "raise --gpus-max")
     return fail(None, "the limits hold one at a time but no layout meets them together",
                 "relax --tpot-max or --ttft-max")
 
 
-def _describe(c: Mapping[str, Any]) -> str:
+def describe(c: Mapping[str, Any]) -> str:
     return (f"tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} policy {c['policy']}, "
-            f"concurrency {c['concurrency_per_replica']} per replica")
+            + (f"concurrency {c['concurrency_per_replica']} per replica"
+               if "concurrency_per_replica" in c else f"batch {c['batch_per_replica']}"))
 
 
-def _check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
+def check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
     check_request(Request(d.isl, d.osl, 1))
     for name in ("B", "N", "T", "tp", "ep", "pp", "dp"):
         if name in overrides:

@@ -53,3 +53,23 @@ def _plan_line(c: Mapping[str, Any]) -> str:
             f"{c['policy']:<12} {c['replicas']} x C={c['concurrency_per_replica']:<5} "
             f"TTFT {duration(c['ttft_s'])}  TPOT {duration(c['tpot_s'])}  "
             f"{c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  {c['tokens_per_s_per_user']:,.1f} tok/s/user")
+
+
+def disagg_text(r: Mapping[str, Any]) -> str:
+    """The prefill pool, the decode pool and the ratio of their GPUs."""
+    pre, dec = r["prefill"], r["decode"]
+    return "\n".join([
+        f"disaggregated: {r['gpus']} GPUs, prefill : decode = {pre['gpus']} : {dec['gpus']} "
+        f"({r['prefill_to_decode']:.3g}), prompts arrive at {r['arrival_rps']:,.3g}/s, "
+        f"E2E {duration(r['e2e_s'])}",
+        f"  prefill {pre['gpus']:>5} GPUs  {_layout_text(pre)} {pre['replicas']} x batch "
+        f"{pre['batch_per_replica']}  TTFT {duration(pre['ttft_s'])}  "
+        f"{pre['prompts_per_s_per_gpu']:,.3g} prompts/s/GPU",
+        f"  decode  {dec['gpus']:>5} GPUs  {_layout_text(dec)} {dec['replicas']} x C="
+        f"{dec['concurrency_per_replica']}  TPOT {duration(dec['tpot_s'])}  "
+        f"{dec['tokens_per_s_per_gpu']:,.1f} tok/s/GPU",
+        "static batches in each pool, estimates; the KV cache's move between pools is not modelled"])
+
+
+def _layout_text(c: Mapping[str, Any]) -> str:
+    return f"tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} {c['policy']}"

@@ -1,6 +1,7 @@
 """`infest plan`: the chosen layout re-evaluated with serve; the binding-limit error."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -71,3 +72,49 @@ def test_plan_rejects_two_demands_and_a_searched_set() -> None:
         plan({"full": _engine()}, Demand(128, 16, users=1, rps=2.0), {})
     with pytest.raises(SpecError, match="plan searches it"):
         plan({"full": _engine()}, Demand(128, 16, users=1), {"tp": 2})
+
+
+def test_disaggregation_arithmetic_by_hand() -> None:
+    from infest.compiler.disagg import arrival_rate, pool_replicas
+    # 1000 users, prefill 0.2 s, TPOT 50 ms, OSL 65: E2E = 0.2 + 64 x 0.05 = 3.4 s, so
+    # prompts arrive at 1000 / 3.4 = 294.1/s; a request rate is taken as given.
+    assert arrival_rate(Demand(128, 65, users=1000), 0.2, 0.05) == pytest.approx(1000 / 3.4)
+    assert arrival_rate(Demand(128, 65, rps=7.5), 0.2, 0.05) == 7.5
+    # A replica prefilling 8 prompts per 0.2 s takes 40 prompts/s: 100/s needs ceil(2.5) = 3.
+    assert pool_replicas(100, 8 / 0.2) == 3
+    assert pool_replicas(1000, 500) == 2 and pool_replicas(0.1, 40) == 1
+
+
+def test_disaggregated_pools_match_their_steps() -> None:
+    from infest.compiler.disagg import disaggregate
+    engine = _engine()
+    d = Demand(2048, 64, users=64, tpot_max=0.02, ttft_max=0.3, gpus_max=8)
+    r = disaggregate({"full": engine}, d, {})
+    pre, dec = r["prefill"], r["decode"]
+    lay = lambda c: {k: c[k] for k in ("tp", "ep", "pp", "dp")}  # noqa: E731
+    # Prefill pool: TTFT = one prefill step of `batch` prompts of 2048 tokens, within 0.3 s.
+    t_p = engine.prefill.evaluate({**lay(pre), "B": pre["batch_per_replica"], "N": 2048})
+    assert pre["ttft_s"] == pytest.approx(t_p["step"]["time_s"], rel=1e-12)
+    assert pre["ttft_s"] <= 0.3
+    # Decode pool: TPOT = serve's static TPOT at the carried concurrency, within 20 ms;
+    # every user's slot lives there: ceil(64 / C) replicas.
+    s = serve(engine, Request(2048, 64, dec["batch_per_replica"]), lay(dec))
+    assert dec["tpot_s"] == pytest.approx(s["tpot_s"], rel=1e-12)
+    assert dec["tpot_s"] <= 0.02
+    assert dec["replicas"] == -(-64 // dec["concurrency_per_replica"])
+    # Prompts arrive at 64 / E2E, E2E = t_p + 63 x TPOT; replicas = ceil(arrival x t_p / batch).
+    arrival = 64 / (pre["ttft_s"] + 63 * dec["tpot_s"])
+    assert r["arrival_rps"] == pytest.approx(arrival, rel=1e-12)
+    assert pre["replicas"] == math.ceil(arrival * pre["ttft_s"] / pre["batch_per_replica"])
+    n = lambda c: c["tp"] * c["pp"] * c["dp"]  # noqa: E731
+    assert (pre["gpus"], dec["gpus"]) == (pre["replicas"] * n(pre), dec["replicas"] * n(dec))
+    assert r["prefill_to_decode"] == pre["gpus"] / dec["gpus"]
+    assert r["gpus"] == pre["gpus"] + dec["gpus"] <= 8
+
+
+def test_disaggregation_names_the_ttft_limit_it_cannot_meet() -> None:
+    from infest.compiler.disagg import disaggregate
+    # A 2048-token prompt is ~2 x 8e9 x 2048 = 3.3e13 FLOPs: at 8 x 989 TFLOP/s at least
+    # 4 ms, so 1 us is out of reach.
+    with pytest.raises(SpecError, match=r"no layout meets --ttft-max 1 us: the best is"):
+        disaggregate({"full": _engine()}, Demand(2048, 16, users=4, ttft_max=1e-6, gpus_max=8), {})

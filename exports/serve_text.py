@@ -33,9 +33,21 @@ def serve_text(r: Mapping[str, Any]) -> str:
     if r["batching"] == "continuous":
         lines.append(f"prefill: {r['chunks']} chunk step(s) per prompt, "
                      f"{r['chunk_steps']:g} of every {r['osl'] - 1} steps carry a chunk")
+    if "speculative" in r:
+        lines.append(_speculative_line(r["speculative"]))
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+def _speculative_line(s: Mapping[str, Any]) -> str:
+    even = s["breakeven_acceptance"]
+    pays = ("never pays at this draft length" if even is None else
+            f"pays above acceptance {even:.3f}")
+    return (f"speculative: K={s['draft_len']} A={s['acceptance']:g}: "
+            f"{s['tokens_per_round']:.3f} tokens per round of {duration(s['round_s'])} "
+            f"(K draft steps + a target step over K+1 tokens); plain TPOT "
+            f"{duration(s['plain_tpot_s'])}; {pays}")
 
 
 def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:

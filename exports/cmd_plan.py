@@ -9,7 +9,8 @@ from infest.exports.common import add_spec_args, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC --hw HW --isl --osl (--users | --rps) [--tpot-max] [--ttft-max] [--gpus-max]."""
+    """SPEC --hw HW --isl --osl (--users | --rps) [--tpot-max] [--ttft-max] [--gpus-max]
+    [--disaggregate] [--json] [--plot]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     demand = p.add_mutually_exclusive_group(required=True)

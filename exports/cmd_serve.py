@@ -8,7 +8,7 @@ from infest.exports.common import add_spec_args, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--json]."""
+    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--draft ..] [--json]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     p.add_argument("--concurrency", type=int, required=True, metavar="C",

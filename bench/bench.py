@@ -7,8 +7,11 @@ Per spec in specs/models/: parse + elaborate + closed forms, lambdify, one eval,
 loop over the same compiled function (timed on a sample, extrapolated), then whole
 processes: `infest --help`, `infest eval`, a 65,536-point `infest sweep --csv`, and the
 workbook write if infest.exports.xlsx provides write_workbook; also the parser's
-construction, paid once by every process that parses. Targets: the 10^6-point sweep under
-1 s, the 65,536-point CSV process under 4 s, `infest --help` under 0.25 s.
+construction, paid once by every process that parses, and a capacity plan (DeepSeek-V3 on
+h200_sxm, every layout and batch size: the search in-process with its forms compiled, and a
+whole `infest plan` process). Targets: the 10^6-point sweep under 1 s, the 65,536-point CSV
+process under 4 s, `infest --help` under 0.25 s, the plan under 2 s (printed, not asserted).
+`--plan-only` runs the plan figures alone.
 """
 from __future__ import annotations
 
@@ -94,6 +97,39 @@ def workbook_time(analysis: Any) -> float | None:
         return time.perf_counter() - t0
 
 
+PLAN_SPEC = "specs/models/deepseek_v3.arch"
+PLAN_HW = "h200_sxm"
+PLAN_ARGS = ["--isl", "8192", "--osl", "1024", "--users", "1000", "--tpot-max", "50ms"]
+
+
+def plan_rows(repeat: int) -> list[tuple[str, str]]:
+    """(what, figure) rows for the DeepSeek-V3 plan: in-process search, whole process."""
+    from infest.compiler.api import analyze
+    from infest.compiler.plan import Demand, plan
+    from infest.compiler.serve import Engine
+    spec = ROOT / PLAN_SPEC
+    policies = list(analyze(spec, hw=PLAN_HW).model.policies) or [None]
+    engines = {str(p): Engine(*(analyze(spec, hw=PLAN_HW, phase=ph, policy=p)
+                                for ph in ("decode", "prefill"))) for p in policies}
+    demand = Demand(8192, 1024, users=1000, tpot_max=0.05)
+    t_cold = best(lambda: plan(engines, demand, {}), 1)   # compiles the forms once
+    t_warm = best(lambda: plan(engines, demand, {}), repeat)
+    t_proc = process_time(["plan", PLAN_SPEC, "--hw", PLAN_HW] + PLAN_ARGS, repeat)
+    return [
+        ("plan search, first (compiles the forms)", f"{t_cold:8.3f} s"),
+        ("plan search, forms compiled", f"{t_warm:8.3f} s   (target < 2 s)"),
+        ("process: infest plan", f"{t_proc:8.3f} s   (target < 2 s)"),
+    ]
+
+
+def print_rows(title: str, rows: list[tuple[str, str]]) -> None:
+    """One block: a title, then aligned (what, figure) rows."""
+    width = max(len(what) for what, _ in rows)
+    print(f"\n{title}")
+    for what, figure in rows:
+        print(f"  {what.ljust(width)}  {figure}")
+
+
 def bench_spec(spec: Path, hw: str, repeat: int) -> list[tuple[str, str]]:
     """(what, figure) rows for one spec."""
     analysis, t_parse, t_lambdify = compile_times(spec, hw)
@@ -152,18 +188,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hw", default="h100_sxm")
     parser.add_argument("--repeat", type=int, default=3, help="runs per timing (best/median)")
+    parser.add_argument("--plan-only", action="store_true", help="only the plan figures")
     args = parser.parse_args()
+    if args.plan_only:
+        print_rows(f"plan: {Path(PLAN_SPEC).stem} on {PLAN_HW}", plan_rows(args.repeat))
+        return 0
     print(f"python {sys.version.split()[0]}; process: infest --help "
           f"{process_time(['--help'], args.repeat):.3f} s; "
           f"parser construction {parser_build(args.repeat) * 1e3:.1f} ms")
     specs = sorted((ROOT / "specs" / "models").glob("*.arch"))
     warm_up(args.hw)
     for spec in specs:
-        rows = bench_spec(spec, args.hw, args.repeat)
-        width = max(len(what) for what, _ in rows)
-        print(f"\n{spec.stem} on {args.hw}")
-        for what, figure in rows:
-            print(f"  {what.ljust(width)}  {figure}")
+        print_rows(f"{spec.stem} on {args.hw}", bench_spec(spec, args.hw, args.repeat))
+    print_rows(f"plan: {Path(PLAN_SPEC).stem} on {PLAN_HW}", plan_rows(args.repeat))
     return 0
 
 

@@ -3,12 +3,16 @@ demand, searched vectorised over layouts and concurrencies.
 
 Candidates: every policy the spec declares; tp, pp, dp powers of two with
 tp x pp x dp <= the GPU limit (LAYOUT_GPUS without --gpus-max); ep a power of two
-dividing tp x dp; B = b x dp with b = 1, 2, 4, .. MAX_PER_RANK sequences per
-data-parallel rank. Layouts the model's constraints reject are skipped. Each (layout, B)
-is served with static batching exactly as `infest serve` computes it (compiler/serve.py:
-the same contexts, the same forms): one evaluation per policy and phase over arrays
-shaped (layouts, B, contexts), in blocks of layouts. A replica is one layout holding B
-requests; replicas = ceil(users / B), or ceil(rps / (B / E2E)); gpus = replicas x its GPUs.
+dividing tp x dp, tried above 1 only when the forms depend on ep (a dense model does not);
+slots B = b x dp with b = 1, 2, 4, .. MAX_PER_RANK sequences per data-parallel rank.
+Layouts the model's constraints reject are skipped. With --users U, replicas =
+ceil(U / B) and each replica carries the concurrency C = ceil(U / replicas) <= B, not B:
+the candidate is evaluated at C (rounded up to a multiple of dp, the batch the busiest
+data-parallel rank sets), so its numbers are those of the load it serves. With --rps R a
+replica runs batches of B and replicas = ceil(R / (B / E2E)). Each point is served with
+static batching exactly as `infest serve` computes it (compiler/serve.py: the same
+contexts, the same forms): one evaluation per policy and phase over arrays shaped
+(layouts, B, contexts), in blocks of layouts; gpus = replicas x the layout's GPUs.
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from infest.compiler.evaluate import form_layout
 from infest.compiler.serve import Request, check_request, decode_contexts
+from infest.compiler.symbols import PARALLEL
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -43,17 +49,35 @@ class Demand:
     gpus_max: int | None = None
 
 
-def layouts(max_gpus: int) -> np.ndarray:
-    """(tp, ep, pp, dp) rows: powers of two, tp x pp x dp <= max_gpus, ep | tp x dp."""
+def layouts(max_gpus: int, degrees: frozenset[str] = frozenset(PARALLEL)) -> np.ndarray:
+    """(tp, ep, pp, dp) rows: powers of two, tp x pp x dp <= max_gpus, ep | tp x dp; a
+    degree not in `degrees` stays 1 (other values would only repeat the same forms)."""
     pows = [2**k for k in range(int(math.log2(max_gpus)) + 1)]
-    rows = [(tp, ep, pp, dp) for tp in pows for pp in pows for dp in pows
-            if tp * pp * dp <= max_gpus for ep in pows if (tp * dp) % ep == 0]
+    axis = {d: pows if d in degrees else [1] for d in PARALLEL}
+    rows = [(tp, ep, pp, dp) for tp in axis["tp"] for pp in axis["pp"] for dp in axis["dp"]
+            if tp * pp * dp <= max_gpus for ep in axis["ep"] if (tp * dp) % ep == 0]
     return np.asarray(rows, dtype=float)
+
+
+def used_degrees(engine: "Engine") -> frozenset[str]:
+    """The parallel degrees some form depends on (beyond echoing the layout itself)."""
+    used = {s.name for a in (engine.decode, engine.prefill) for key, e in form_layout(a.forms)
+            if not key.startswith("parallel.") for s in e.free_symbols}
+    return frozenset(used & set(PARALLEL))
+
+
+def carried(users: int | None, slots: np.ndarray) -> np.ndarray:
+    """Requests one replica carries: with U users, replicas = ceil(U / slots) and each
+    carries ceil(U / replicas) <= slots; with a request rate, a full batch of slots."""
+    if users is None:
+        return slots
+    return np.ceil(users / np.ceil(users / slots))
 
 
 def evaluate_grid(engine: "Engine", demand: Demand, overrides: Mapping[str, Any],
                   grid: np.ndarray) -> dict[str, np.ndarray]:
-    """TTFT, TPOT (estimate), gpus, valid for every layout row x B: shape (L, nb)."""
+    """TTFT, TPOT (estimate), B and C, layout gpus, ok (valid and the decode fits) and
+    ok_prefill (valid and the prefill fits) for every layout row x B: shape (L, nb)."""
     per_rank = 2.0 ** np.arange(int(math.log2(MAX_PER_RANK)) + 1)
     base = [_base(a, overrides) for a in (engine.decode, engine.prefill)]
     parts = [_block(engine, demand, base, grid[i:i + BLOCK_LAYOUTS], per_rank)
@@ -68,8 +92,9 @@ def _base(analysis, overrides: Mapping[str, Any]) -> dict[str, float]:
 
 def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows: np.ndarray,
            per_rank: np.ndarray) -> dict[str, np.ndarray]:
-    layout = {k: rows[:, i, None, None] for i, k in enumerate(("tp", "ep", "pp", "dp"))}
-    B = per_rank[None, :, None] * layout["dp"]
+    layout = {k: rows[:, i, None, None] for i, k in enumerate(PARALLEL)}
+    C = carried(demand.users, per_rank[None, :, None] * layout["dp"])
+    B = np.ceil(C / layout["dp"]) * layout["dp"]   # the busiest rank's share x dp
     contexts = decode_contexts(demand.isl, demand.osl)
     N = np.append(contexts, demand.isl + demand.osl - 1)[None, None, :]  # last: fits
     dec = _values(engine.decode, base[0], {**layout, "B": B, "N": N, "T": 1.0})
@@ -78,9 +103,11 @@ def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows:
     time = np.broadcast_to(dec["step.time_s"], shape + (len(contexts) + 1,))
     valid = dec["valid"][..., -1] & pre["valid"][..., 0]
     fits = np.broadcast_to(dec["memory.fits"], time.shape)[..., -1]
-    return {"tpot": time[..., :-1].mean(axis=-1),
+    fits_prefill = np.broadcast_to(pre["memory.fits"], shape + (1,))[..., 0]
+    return {"tpot": time[..., :-1].mean(axis=-1), "ok_prefill": valid & fits_prefill,
             "ttft": np.broadcast_to(pre["step.time_s"], shape + (1,))[..., 0],
-            "B": np.broadcast_to(B[..., 0], shape), "ok": valid & fits,
+            "B": np.broadcast_to(B[..., 0], shape), "C": np.broadcast_to(C[..., 0], shape),
+            "ok": valid & fits,
             "layout_gpus": np.broadcast_to(dec["parallel.gpus"], time.shape)[..., 0]}
 
 
@@ -97,34 +124,49 @@ def plan(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str
          ) -> dict[str, Any]:
     """candidates (meeting limits and fitting, best first), best, pareto; an error naming
     the binding limit when none meets them."""
-    _check_demand(demand, overrides)
-    rows = []
-    for policy, engine in engines.items():
-        grid = layouts(demand.gpus_max or LAYOUT_GPUS)
-        g = evaluate_grid(engine, demand, overrides, grid)
-        rows += _candidates(policy, grid, g, demand)
+    check_demand(demand, overrides)
+    rows = [c for policy, grid, g in grids(engines, demand, overrides)
+            for c in _candidates(policy, grid, g, demand)]
     meeting = [c for c in rows if _meets(c, demand)]
     if not meeting:
-        raise _no_answer(rows, demand)
+        raise no_answer(rows, demand)
     meeting.sort(key=lambda c: (c["gpus"], -c["tokens_per_s_per_gpu"]))
     return {"candidates": meeting, "best": meeting[0], "pareto": pareto(meeting)}
 
 
+def grids(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str, Any]
+          ) -> list[tuple[str, np.ndarray, dict[str, np.ndarray]]]:
+    """(policy, layout rows, evaluate_grid's arrays) for every policy."""
+    out = []
+    for policy, engine in engines.items():
+        grid = layouts(demand.gpus_max or LAYOUT_GPUS, used_degrees(engine))
+        out.append((policy, grid, evaluate_grid(engine, demand, overrides, grid)))
+    return out
+
+
 def _candidates(policy: str, grid: np.ndarray, g: Mapping[str, np.ndarray],
                 demand: Demand) -> list[dict[str, Any]]:
-    out = []
+    out, seen = [], set()
     for i, j in zip(*np.nonzero(g["ok"])):
-        tp, ep, pp, dp = (int(x) for x in grid[i])
-        b, ttft, tpot = int(g["B"][i, j]), float(g["ttft"][i, j]), float(g["tpot"][i, j])
-        e2e = ttft + (demand.osl - 1) * tpot
-        replicas = _replicas(demand, b, e2e)
-        gpus = replicas * int(g["layout_gpus"][i, j])
-        per_gpu = b * demand.osl / e2e / int(g["layout_gpus"][i, j])  # static: C x OSL per E2E
-        out.append({"tp": tp, "ep": ep, "pp": pp, "dp": dp, "policy": policy,
-                    "concurrency_per_replica": b, "replicas": replicas, "gpus": gpus,
-                    "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
-                    "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": 1 / tpot})
+        if (i, g["C"][i, j]) in seen:   # several slot counts carry the same load
+            continue
+        seen.add((i, g["C"][i, j]))
+        out.append(_candidate(policy, grid[i], {k: float(v[i, j]) for k, v in g.items()}, demand))
     return out
+
+
+def _candidate(policy: str, row: np.ndarray, g: Mapping[str, float],
+               demand: Demand) -> dict[str, Any]:
+    tp, ep, pp, dp = (int(x) for x in row)
+    c, ttft, tpot, layout_gpus = int(g["C"]), g["ttft"], g["tpot"], int(g["layout_gpus"])
+    e2e = ttft + (demand.osl - 1) * tpot
+    replicas = _replicas(demand, c, e2e)
+    return {"tp": tp, "ep": ep, "pp": pp, "dp": dp, "policy": policy,
+            "concurrency_per_replica": c, "batch_per_replica": int(g["B"]),
+            "replicas": replicas, "gpus": replicas * layout_gpus, "ttft_s": ttft,
+            "tpot_s": tpot, "e2e_s": e2e,
+            "tokens_per_s_per_gpu": c * demand.osl / e2e / layout_gpus,  # static: C x OSL per E2E
+            "tokens_per_s_per_user": 1 / tpot}
 
 
 def _replicas(demand: Demand, b: int, e2e: float) -> int:
@@ -150,7 +192,7 @@ def pareto(cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return front
 
 
-def _no_answer(rows: list[dict[str, Any]], d: Demand):
+def no_answer(rows: list[dict[str, Any]], d: Demand):
     """Which limit binds, and the best any fitting layout achieved on it."""
     from infest.exports.human import duration
     if not rows:
@@ -160,21 +202,22 @@ def _no_answer(rows: list[dict[str, Any]], d: Demand):
         if limit is not None and all(c[key] > limit for c in rows):
             top = min(rows, key=lambda c: c[key])
             return fail(None, f"no layout meets {flag} {duration(limit)}: the best is "
-                        f"{duration(top[key])} ({_describe(top)})", f"relax {flag}")
+                        f"{duration(top[key])} ({describe(top)})", f"relax {flag}")
     fewest = min(rows, key=lambda c: c["gpus"] if _meets({**c, "gpus": 0}, d) else math.inf)
     if d.gpus_max is not None and _meets({**fewest, "gpus": 0}, d):
         return fail(None, f"--gpus-max {d.gpus_max} binds: the fewest GPUs meeting the other "
-                    f"limits is {fewest['gpus']} ({_describe(fewest)})", "raise --gpus-max")
+                    f"limits is {fewest['gpus']} ({describe(fewest)})", "raise --gpus-max")
     return fail(None, "the limits hold one at a time but no layout meets them together",
                 "relax --tpot-max or --ttft-max")
 
 
-def _describe(c: Mapping[str, Any]) -> str:
+def describe(c: Mapping[str, Any]) -> str:
     return (f"tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} policy {c['policy']}, "
-            f"concurrency {c['concurrency_per_replica']} per replica")
+            + (f"concurrency {c['concurrency_per_replica']} per replica"
+               if "concurrency_per_replica" in c else f"batch {c['batch_per_replica']}"))
 
 
-def _check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
+def check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
     check_request(Request(d.isl, d.osl, 1))
     for name in ("B", "N", "T", "tp", "ep", "pp", "dp"):
         if name in overrides:

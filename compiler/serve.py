@@ -38,6 +38,7 @@ from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
+    from infest.compiler.speculative import Draft
 
 MAX_TOKENS = 2**24           # ISL, OSL and --chunk: a typo like 1e12 fails before any work
 MAX_CONCURRENCY = 2**20      # requests in flight
@@ -111,18 +112,38 @@ def evaluate(analysis: "Analysis", overrides: Mapping[str, Any],
     return {**out, "inputs": values}
 
 
-def serve(engine: Engine, request: Request, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The serving metrics of a request shape (keys: METRIC_KEYS plus bound/notes)."""
+def serve(engine: Engine, request: Request, overrides: Mapping[str, Any],
+          draft: "Draft | None" = None) -> dict[str, Any]:
+    """The serving metrics of a request shape (keys: METRIC_KEYS plus bound/notes); with a
+    draft, speculative decoding (static batching; compiler/speculative.py)."""
     check_request(request)
     for name in ("B", "N", "T"):
         if name in overrides:
             raise fail(None, f"--set {name}: serve sets it from --concurrency, --isl, --osl")
     if request.batching == "static":
         ttft, tpot, info = _static(engine, request, overrides)
+    elif draft is not None:
+        raise fail(None, "--draft works with --batching static", "drop --batching continuous")
     else:
         ttft, tpot, info = _continuous(engine, request, overrides)
+    if draft is not None:
+        ttft, tpot, info = _speculative(engine, draft, request, overrides, ttft, info)
     return {**metrics(request, ttft[0], tpot[0], info), "bound": metrics(
         request, ttft[1], tpot[1], info), **{k: v for k, v in info.items() if k != "dp"}}
+
+
+def _speculative(engine: Engine, draft: "Draft", r: Request, overrides: Mapping[str, Any],
+                 ttft: tuple[float, float], info: dict[str, Any]):
+    """TTFT plus the draft's prefill, TPOT per round; the plain TPOT and break-even kept."""
+    from infest.compiler.speculative import speculate
+    spec = speculate(engine, draft, r, decode_contexts(r.isl, r.osl), overrides)
+    pair = (spec["time_s"], spec["roofline_s"])
+    ttft = tuple(t + s["draft_prefill_s"] for t, s in zip(ttft, pair))
+    tpot = tuple(s["tpot_s"] for s in pair)
+    notes = {"draft_len": draft.length, "acceptance": draft.acceptance,
+             "tokens_per_round": spec["tokens_per_round"], **{
+                 k: spec["time_s"][k] for k in ("round_s", "plain_tpot_s", "breakeven_acceptance")}}
+    return ttft, tpot, {**info, "fits": spec["fits"], "speculative": notes}
 
 
 def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any]) -> dict:

@@ -9,7 +9,8 @@ from infest.exports.common import add_spec_args, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC --hw HW --isl --osl (--users | --rps) [--tpot-max] [--ttft-max] [--gpus-max]."""
+    """SPEC --hw HW --isl --osl (--users | --rps) [--tpot-max] [--ttft-max] [--gpus-max]
+    [--disaggregate] [--json] [--plot]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     demand = p.add_mutually_exclusive_group(required=True)
@@ -20,6 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-max", type=int, metavar="G", help="GPU limit (also caps one layout)")
     p.add_argument("--json", action="store_true", help="candidates, best, pareto")
     p.add_argument("--plot", metavar="FILE", help="draw the Pareto front, best marked")
+    p.add_argument("--disaggregate", action="store_true",
+                   help="size a prefill pool (--ttft-max) and a decode pool (--tpot-max) apart")
 
 
 def _time(flag: str, text: str | None) -> float | None:
@@ -37,21 +40,35 @@ def _time(flag: str, text: str | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Search and print the best, the runners-up and the front (or JSON)."""
+    """Search and print the best, the runners-up and the front (or JSON); with
+    --disaggregate, the prefill and decode pools."""
     from infest.compiler.plan import Demand, plan
-    from infest.exports.serve_text import plan_text
+    from infest.dsl.errors import fail
+    from infest.exports.serve_text import disagg_text, plan_text
+    if args.plot and args.disaggregate:
+        raise fail(None, "--plot draws the combined plan's front", "drop --disaggregate or --plot")
     if args.plot:
         from infest.exports.plots import check_plot_path
         check_plot_path(args.plot)
     demand = Demand(args.isl, args.osl, args.users, args.rps, _time("--tpot-max", args.tpot_max),
                     _time("--ttft-max", args.ttft_max), args.gpus_max)
-    first = make_engine(args)
-    policies = [args.policy] if args.policy else list(first.decode.model.policies) or [None]
-    engines = {p or "none": (first if p == first.decode.forms.layout.policy else make_engine(args, p))
-               for p in policies}
+    engines = _engines(args)
+    if args.disaggregate:
+        from infest.compiler.disagg import disaggregate
+        result = disaggregate(engines, demand, parse_sets(args.set))
+        print(json.dumps(result, indent=2) if args.json else disagg_text(result))
+        return 0
     result = plan(engines, demand, parse_sets(args.set))
     if args.plot:
         from infest.exports.plan_plot import plot_pareto
         plot_pareto(result, args.plot)
     print(json.dumps(result, indent=2) if args.json else plan_text(result))
     return 0
+
+
+def _engines(args: argparse.Namespace) -> dict:
+    """One engine per policy searched (--policy, else every one the spec declares)."""
+    first = make_engine(args)
+    policies = [args.policy] if args.policy else list(first.decode.model.policies) or [None]
+    return {p or "none": (first if p == first.decode.forms.layout.policy else make_engine(args, p))
+            for p in policies}

@@ -8,7 +8,7 @@ from infest.exports.common import add_spec_args, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--json]."""
+    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--draft ..] [--json]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     p.add_argument("--concurrency", type=int, required=True, metavar="C",
@@ -18,6 +18,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "chunked prefill rides on the decode steps")
     p.add_argument("--chunk", type=int, metavar="TOKENS",
                    help="prefill tokens per step with --batching continuous (default 2048)")
+    p.add_argument("--draft", metavar="SPEC", help="speculative decoding: the draft model's spec")
+    p.add_argument("--draft-len", type=int, default=4, metavar="K",
+                   help="tokens the draft proposes per round (default 4)")
+    p.add_argument("--acceptance", type=float, metavar="A",
+                   help="chance a drafted token is accepted, 0 <= A < 1 (required with --draft)")
     p.add_argument("--json", action="store_true", help="the serve --json contract object")
 
 
@@ -43,10 +48,28 @@ def run(args: argparse.Namespace) -> int:
     request = Request(args.isl, args.osl, args.concurrency, args.batching,
                       DEFAULT_CHUNK if args.chunk is None else args.chunk)
     check_request(request)
+    draft = _draft(args)
     engine = make_engine(args)
-    result = serve(engine, request, parse_sets(args.set))
+    result = serve(engine, request, parse_sets(args.set), draft)
     result.update(model=engine.decode.model.name, hardware=engine.decode.hardware.name,
                   policy=engine.decode.forms.layout.policy, isl=args.isl, osl=args.osl,
                   concurrency=args.concurrency, batching=args.batching)
     print(json.dumps(result, indent=2) if args.json else serve_text(result))
     return 0
+
+
+def _draft(args: argparse.Namespace):
+    """The draft of --draft (checked first), or None without it."""
+    from infest.dsl.errors import fail
+    if args.draft is None:
+        if args.acceptance is not None:
+            raise fail(None, "--acceptance needs --draft SPEC")
+        return None
+    from infest.compiler.api import analyze
+    from infest.compiler.serve import Engine
+    from infest.compiler.speculative import Draft, check_draft
+    if args.acceptance is None:
+        raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
+    check_draft(args.draft_len, args.acceptance)
+    engine = Engine(*(analyze(args.draft, hw=args.hw, phase=phase) for phase in ("decode", "prefill")))
+    return Draft(engine, args.draft_len, args.acceptance)

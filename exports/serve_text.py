@@ -33,9 +33,21 @@ def serve_text(r: Mapping[str, Any]) -> str:
     if r["batching"] == "continuous":
         lines.append(f"prefill: {r['chunks']} chunk step(s) per prompt, "
                      f"{r['chunk_steps']:g} of every {r['osl'] - 1} steps carry a chunk")
+    if "speculative" in r:
+        lines.append(_speculative_line(r["speculative"]))
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+def _speculative_line(s: Mapping[str, Any]) -> str:
+    even = s["breakeven_acceptance"]
+    pays = ("never pays at this draft length" if even is None else
+            f"pays above acceptance {even:.3f}")
+    return (f"speculative: K={s['draft_len']} A={s['acceptance']:g}: "
+            f"{s['tokens_per_round']:.3f} tokens per round of {duration(s['round_s'])} "
+            f"(K draft steps + a target step over K+1 tokens); plain TPOT "
+            f"{duration(s['plain_tpot_s'])}; {pays}")
 
 
 def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
@@ -50,6 +62,26 @@ def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
 
 def _plan_line(c: Mapping[str, Any]) -> str:
     return (f"{c['gpus']:>5} GPUs  tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} "
-            f"{c['policy']:<12} {c['replicas']} x B={c['concurrency_per_replica']:<5} "
+            f"{c['policy']:<12} {c['replicas']} x C={c['concurrency_per_replica']:<5} "
             f"TTFT {duration(c['ttft_s'])}  TPOT {duration(c['tpot_s'])}  "
             f"{c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  {c['tokens_per_s_per_user']:,.1f} tok/s/user")
+
+
+def disagg_text(r: Mapping[str, Any]) -> str:
+    """The prefill pool, the decode pool and the ratio of their GPUs."""
+    pre, dec = r["prefill"], r["decode"]
+    return "\n".join([
+        f"disaggregated: {r['gpus']} GPUs, prefill : decode = {pre['gpus']} : {dec['gpus']} "
+        f"({r['prefill_to_decode']:.3g}), prompts arrive at {r['arrival_rps']:,.3g}/s, "
+        f"E2E {duration(r['e2e_s'])}",
+        f"  prefill {pre['gpus']:>5} GPUs  {_layout_text(pre)} {pre['replicas']} x batch "
+        f"{pre['batch_per_replica']}  TTFT {duration(pre['ttft_s'])}  "
+        f"{pre['prompts_per_s_per_gpu']:,.3g} prompts/s/GPU",
+        f"  decode  {dec['gpus']:>5} GPUs  {_layout_text(dec)} {dec['replicas']} x C="
+        f"{dec['concurrency_per_replica']}  TPOT {duration(dec['tpot_s'])}  "
+        f"{dec['tokens_per_s_per_gpu']:,.1f} tok/s/GPU",
+        "static batches in each pool, estimates; the KV cache's move between pools is not modelled"])
+
+
+def _layout_text(c: Mapping[str, Any]) -> str:
+    return f"tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} {c['policy']}"

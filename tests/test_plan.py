@@ -1,12 +1,14 @@
 """`infest plan`: the chosen layout re-evaluated with serve; the binding-limit error."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.plan import Demand, plan
+from infest.compiler.plan import Demand, carried, plan
 from infest.compiler.serve import Engine, Request, serve
 from infest.dsl.errors import SpecError
 
@@ -18,21 +20,44 @@ def _engine(policy: str = "full") -> Engine:
                     for p in ("decode", "prefill")))
 
 
-def test_plan_best_equals_serve_at_its_layout() -> None:
+def test_plan_best_equals_serve_at_its_layout_and_concurrency() -> None:
     engines = {"full": _engine()}
     r = plan(engines, Demand(2048, 64, users=100, tpot_max=0.02, gpus_max=8), {})
     best = r["best"]
     layout = {k: best[k] for k in ("tp", "ep", "pp", "dp")}
-    s = serve(engines["full"], Request(2048, 64, best["concurrency_per_replica"]), layout)
+    c, batch = best["concurrency_per_replica"], best["batch_per_replica"]
+    # The batch evaluated is the carried concurrency rounded up to a multiple of dp.
+    assert batch == -(-c // best["dp"]) * best["dp"]
+    s = serve(engines["full"], Request(2048, 64, batch), layout)
     assert best["tpot_s"] == pytest.approx(s["tpot_s"], rel=1e-12)
     assert best["ttft_s"] == pytest.approx(s["ttft_s"], rel=1e-12)
+    if batch == c:  # then every serve throughput is the candidate's too
+        assert best["tokens_per_s_per_gpu"] == pytest.approx(s["tokens_per_s_per_gpu"], rel=1e-12)
     assert best["tpot_s"] <= 0.02 and best["gpus"] <= 8
-    # 100 users at B per replica: ceil(100 / B) replicas of tp x pp x dp GPUs.
-    assert best["replicas"] == -(-100 // best["concurrency_per_replica"])
+    # 100 users: ceil(100 / C) replicas of tp x pp x dp GPUs, C = ceil(100 / replicas).
+    assert best["replicas"] == -(-100 // c) and c == -(-100 // best["replicas"])
     assert best["gpus"] == best["replicas"] * best["tp"] * best["pp"] * best["dp"]
     assert min(c["gpus"] for c in r["candidates"]) == best["gpus"]
     assert best in r["pareto"] or any(
         p["tokens_per_s_per_gpu"] >= best["tokens_per_s_per_gpu"] for p in r["pareto"])
+
+
+def test_a_replica_carries_its_share_of_the_users_not_its_slots() -> None:
+    # 1000 users: 2048 slots -> 1 replica carrying 1000; 600 -> ceil(1000/600) = 2 replicas
+    # of 500; 300 -> 4 of 250; 7 -> 143 replicas of ceil(1000/143) = ceil(6.99) = 7;
+    # 3 -> 334 of ceil(2.994) = 3.
+    slots = np.array([2048.0, 600.0, 300.0, 7.0, 3.0])
+    assert carried(1000, slots).tolist() == [1000, 500, 250, 7, 3]
+    assert carried(None, slots).tolist() == slots.tolist()  # a request rate fills batches
+
+
+def test_no_candidate_carries_more_than_the_users_and_dense_models_keep_ep_1() -> None:
+    r = plan({"full": _engine()}, Demand(128, 16, users=10, gpus_max=4), {})
+    # Llama 3.1 8B has no experts: ep > 1 would only repeat the ep = 1 rows.
+    assert {c["ep"] for c in r["candidates"]} == {1}
+    assert max(c["concurrency_per_replica"] for c in r["candidates"]) == 10
+    keys = [(c["tp"], c["pp"], c["dp"], c["concurrency_per_replica"]) for c in r["candidates"]]
+    assert len(keys) == len(set(keys))  # one row per layout and load
 
 
 def test_a_tpot_limit_no_layout_meets_names_the_limit_and_the_best() -> None:
@@ -47,3 +72,49 @@ def test_plan_rejects_two_demands_and_a_searched_set() -> None:
         plan({"full": _engine()}, Demand(128, 16, users=1, rps=2.0), {})
     with pytest.raises(SpecError, match="plan searches it"):
         plan({"full": _engine()}, Demand(128, 16, users=1), {"tp": 2})
+
+
+def test_disaggregation_arithmetic_by_hand() -> None:
+    from infest.compiler.disagg import arrival_rate, pool_replicas
+    # 1000 users, prefill 0.2 s, TPOT 50 ms, OSL 65: E2E = 0.2 + 64 x 0.05 = 3.4 s, so
+    # prompts arrive at 1000 / 3.4 = 294.1/s; a request rate is taken as given.
+    assert arrival_rate(Demand(128, 65, users=1000), 0.2, 0.05) == pytest.approx(1000 / 3.4)
+    assert arrival_rate(Demand(128, 65, rps=7.5), 0.2, 0.05) == 7.5
+    # A replica prefilling 8 prompts per 0.2 s takes 40 prompts/s: 100/s needs ceil(2.5) = 3.
+    assert pool_replicas(100, 8 / 0.2) == 3
+    assert pool_replicas(1000, 500) == 2 and pool_replicas(0.1, 40) == 1
+
+
+def test_disaggregated_pools_match_their_steps() -> None:
+    from infest.compiler.disagg import disaggregate
+    engine = _engine()
+    d = Demand(2048, 64, users=64, tpot_max=0.02, ttft_max=0.3, gpus_max=8)
+    r = disaggregate({"full": engine}, d, {})
+    pre, dec = r["prefill"], r["decode"]
+    lay = lambda c: {k: c[k] for k in ("tp", "ep", "pp", "dp")}  # noqa: E731
+    # Prefill pool: TTFT = one prefill step of `batch` prompts of 2048 tokens, within 0.3 s.
+    t_p = engine.prefill.evaluate({**lay(pre), "B": pre["batch_per_replica"], "N": 2048})
+    assert pre["ttft_s"] == pytest.approx(t_p["step"]["time_s"], rel=1e-12)
+    assert pre["ttft_s"] <= 0.3
+    # Decode pool: TPOT = serve's static TPOT at the carried concurrency, within 20 ms;
+    # every user's slot lives there: ceil(64 / C) replicas.
+    s = serve(engine, Request(2048, 64, dec["batch_per_replica"]), lay(dec))
+    assert dec["tpot_s"] == pytest.approx(s["tpot_s"], rel=1e-12)
+    assert dec["tpot_s"] <= 0.02
+    assert dec["replicas"] == -(-64 // dec["concurrency_per_replica"])
+    # Prompts arrive at 64 / E2E, E2E = t_p + 63 x TPOT; replicas = ceil(arrival x t_p / batch).
+    arrival = 64 / (pre["ttft_s"] + 63 * dec["tpot_s"])
+    assert r["arrival_rps"] == pytest.approx(arrival, rel=1e-12)
+    assert pre["replicas"] == math.ceil(arrival * pre["ttft_s"] / pre["batch_per_replica"])
+    n = lambda c: c["tp"] * c["pp"] * c["dp"]  # noqa: E731
+    assert (pre["gpus"], dec["gpus"]) == (pre["replicas"] * n(pre), dec["replicas"] * n(dec))
+    assert r["prefill_to_decode"] == pre["gpus"] / dec["gpus"]
+    assert r["gpus"] == pre["gpus"] + dec["gpus"] <= 8
+
+
+def test_disaggregation_names_the_ttft_limit_it_cannot_meet() -> None:
+    from infest.compiler.disagg import disaggregate
+    # A 2048-token prompt is ~2 x 8e9 x 2048 = 3.3e13 FLOPs: at 8 x 989 TFLOP/s at least
+    # 4 ms, so 1 us is out of reach.
+    with pytest.raises(SpecError, match=r"no layout meets --ttft-max 1 us: the best is"):
+        disaggregate({"full": _engine()}, Demand(2048, 16, users=4, ttft_max=1e-6, gpus_max=8), {})

@@ -101,3 +101,56 @@ def test_serve_json_keys(capsys) -> None:
         assert key in r
     assert r["gpus"] == 2  # tp = 2: 2 GPUs
     assert r["tokens_per_s_per_gpu"] == r["tokens_per_s"] / 2
+
+
+LLAMA70 = LLAMA8.with_name("llama3_1_70b.arch")
+
+
+def test_speculative_tokens_per_round_and_breakeven_by_hand() -> None:
+    from infest.compiler.speculative import breakeven, tokens_per_round
+    # K = 4, A = 0.8: (1 - 0.8^5) / (1 - 0.8) = (1 - 0.32768) / 0.2 = 3.3616.
+    assert tokens_per_round(4, 0.8) == pytest.approx(3.3616, rel=1e-12)
+    assert tokens_per_round(4, 0.0) == 1  # every draft rejected: the target's own token
+    # A round costing 3.3616 plain TPOTs breaks even at A = 0.8; one costing 5 = K + 1 never
+    # does; one costing at most one plain step pays at any acceptance.
+    assert breakeven(4, 3.3616) == pytest.approx(0.8, abs=1e-12)
+    assert breakeven(4, 5.0) is None and breakeven(4, 0.9) == 0.0
+
+
+def test_speculative_serve_worked_by_hand() -> None:
+    from infest.compiler.speculative import Draft, tokens_per_round
+    target = Engine(*(analyze(LLAMA70, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
+    small = Engine(*(analyze(LLAMA8, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
+    r = serve(target, Request(2048, 9, 8), {"tp": 4}, Draft(small, 4, 0.8))
+    # OSL 9: rounds at contexts N = 2048 .. 2055; a round = 4 draft steps (8B, T = 1) + one
+    # 70B step over T = 5 tokens, both at B = 8 on the same tp = 4 GPUs.
+    rounds = [4 * small.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["time_s"]
+              + target.decode.evaluate({"B": 8, "N": n, "T": 5, "tp": 4})["step"]["time_s"]
+              for n in range(2048, 2056)]
+    assert r["tpot_s"] == pytest.approx(sum(rounds) / 8 / 3.3616, rel=1e-9)
+    # TTFT: the 70B prefill plus the draft's prefill of the same 8 prompts.
+    pre = [e.prefill.evaluate({"B": 8, "N": 2048, "tp": 4})["step"]["time_s"] for e in (target, small)]
+    assert r["ttft_s"] == pytest.approx(sum(pre), rel=1e-12)
+    assert r["e2e_s"] == r["ttft_s"] + 8 * r["tpot_s"]
+    # Break-even: the acceptance whose tokens per round equal round cost / plain TPOT.
+    spec = r["speculative"]
+    plain = sum(target.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["time_s"]
+                for n in range(2048, 2056)) / 8
+    assert spec["plain_tpot_s"] == pytest.approx(plain, rel=1e-12)
+    assert tokens_per_round(4, spec["breakeven_acceptance"]) == pytest.approx(
+        sum(rounds) / 8 / plain, rel=1e-9)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--acceptance", "1"], "--acceptance 1.0: must be at least 0 and below 1"),
+    (["--acceptance", "-0.1"], "--acceptance -0.1"),
+    (["--acceptance", "0.5", "--draft-len", "0"], "--draft-len 0"),
+    ([], "--draft needs --acceptance"),
+    (["--acceptance", "0.5", "--batching", "continuous"], "--draft works with --batching static"),
+])
+def test_bad_speculation_is_a_one_line_error(extra, message, capsys) -> None:
+    argv = ["serve", str(LLAMA8), "--hw", "h200_sxm", "--isl", "128", "--osl", "16",
+            "--concurrency", "2", "--draft", str(LLAMA8)] + extra
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

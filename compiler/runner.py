@@ -84,6 +84,12 @@ class Runner:
     def _functions(self) -> dict[str, Callable]:
         return load_functions(self.source)
 
+    def prepare(self) -> None:
+        """Check and compile the generated code now (ValueError or SyntaxError if it is
+        not code the generator writes)."""
+        if set(self._functions) != {"forms", "constraints"}:
+            raise ValueError("runner: the generated code lacks its functions")
+
     def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
         """Every input with its value for this run (defaults, then overrides), checked."""
         fixed = {k: _fraction(k, v) for k, v in (overrides or {}).items()}

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.evaluate import Input, step_bound
+from infest.compiler.runner import Input, step_bound
 from infest.compiler.finite import check_finite
-from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
+from infest.compiler.keys import MEMORY_KEYS, STEP_KEYS
+from infest.compiler.terms import BOUND_TERMS
 from infest.dsl.errors import did_you_mean, fail
 from infest.dsl.units import COUNT, parse_number, parse_value
 

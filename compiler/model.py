@@ -45,7 +45,7 @@ class Forms:
     engine: Engine = ENGINES[DEFAULT_ENGINE]
 
     def all_exprs(self) -> list[sympy.Expr]:
-        """Every form, flattened (for symbol collection and lambdify)."""
+        """Every form, flattened (for symbol collection and code generation)."""
         out = list(self.params.values()) + list(self.groups.values())
         out += list(self.memory.values()) + list(self.step.values())
         out += list(self.bound_terms.values()) + list(self.parallel.values())

@@ -1,6 +1,6 @@
 """Serving a request shape: TTFT, TPOT, E2E and throughput from the step forms.
 
-Everything is built from the closed forms `infest eval` evaluates (one lambdified
+Everything is built from the closed forms `infest eval` evaluates (one generated numpy
 function per phase): the decode forms take B sequences, T new tokens each, N cached;
 the prefill forms take a prompt of N tokens per sequence. Metrics as serving benchmarks
 define them: TPOT = (E2E - TTFT) / (OSL - 1), so E2E = TTFT + (OSL - 1) x TPOT.

@@ -125,7 +125,8 @@ def links_of(hardware: CompiledHardware | None) -> Links:
     if hardware is None:
         return Links()
     has = set(hardware.fields)
-    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has)
+    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has,
+                 host="host_bw" in has)
 
 
 def _check_hardware_names(model: CompiledModel, hardware: CompiledHardware) -> None:

@@ -33,7 +33,7 @@ class Input:
     """One input symbol: where it comes from and its value for this run."""
 
     name: str
-    kind: str          # "builtin", "parallel", "model" or "hardware"
+    kind: str          # "builtin", "parallel", "offload", "model" or "hardware"
     value: Fraction
 
 

@@ -235,6 +235,7 @@ _MIXED = {
     "memory": lambda d, p, t, fix, k: d[k] + p[k] + fix,    # bytes add, weights read once
     "comm": lambda d, p, t, fix, k: t[k],                   # one call over all the tokens
     "launch": lambda d, p, t, fix, k: d[k],                 # the same kernels
+    "host": lambda d, p, t, fix, k: t[k],                   # misses of the experts all touch
 }
 
 

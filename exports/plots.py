@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PLOT_KINDS = ("all", "roofline", "time", "memory", "throughput", "bound")
 FORMATS = (".png", ".svg", ".pdf")
 BOUND_COLORS = {"compute": "#d62728", "weights": "#1f77b4", "kv": "#ff7f0e",
-                "launch": "#7f7f7f", "comm": "#2ca02c"}
+                "launch": "#7f7f7f", "comm": "#2ca02c", "host": "#9467bd"}
 _MAX_LINES = 6  # more lines than this on one axis stop being readable
 
 

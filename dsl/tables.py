@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -83,7 +85,12 @@ def _decode(obj: dict) -> Any:
 
 
 def main() -> None:
-    """Regenerate the tables next to the grammar in the source tree."""
+    """Regenerate the tables next to the grammar in the source tree. Lark numbers its
+    states in set order, which follows string hashing: the run is repeated with a fixed
+    hash seed so the same grammar always gives the same file."""
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        os.execve(sys.executable, [sys.executable, "-m", "infest.dsl.tables"], env)
     target = Path(__file__).with_name(TABLES_FILE)
     target.write_text(tables_json(grammar_text()))
     print(f"wrote {target}")

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -85,14 +83,16 @@ def _decode(obj: dict) -> Any:
 
 
 def main() -> None:
-    """Regenerate the tables next to the grammar in the source tree. Lark numbers its
-    states in set order, which follows string hashing: the run is repeated with a fixed
-    hash seed so the same grammar always gives the same file."""
-    if os.environ.get("PYTHONHASHSEED") != "0":
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        os.execve(sys.executable, [sys.executable, "-m", "infest.dsl.tables"], env)
+    """Regenerate the tables next to the grammar in the source tree, only when the
+    grammar changed (Lark numbers its states in an order that varies between runs, so
+    rewriting current tables would only churn the file)."""
     target = Path(__file__).with_name(TABLES_FILE)
-    target.write_text(tables_json(grammar_text()))
+    text = grammar_text()
+    current = json.loads(target.read_text()) if target.is_file() else {}
+    if current.get("grammar_sha256") == digest(text):
+        print(f"{target} is up to date")
+        return
+    target.write_text(tables_json(text))
     print(f"wrote {target}")
 
 

@@ -1,8 +1,10 @@
-"""A Max that stays cheap: sympy's own Max proves orderings between its arguments on
-every rebuild (xreplace, lambdify), which costs seconds on a model's time form.
+"""A Max and a Min that stay cheap: sympy's own prove orderings between their arguments
+on every construction and rebuild (xreplace), which costs ~10 ms a call on symbolic
+arguments and seconds on a model's time form.
 
-`Max` here keeps its arguments as given unless they are all numbers. It subclasses
-sympy.Max and keeps the name, so every printer's `_print_Max` handles it.
+`Max` and `Min` here keep their arguments as given unless they are all numbers. They
+subclass sympy's and keep the names, so every printer's `_print_Max`/`_print_Min`
+handles them.
 """
 from __future__ import annotations
 
@@ -17,3 +19,19 @@ class Max(sympy.Max):  # type: ignore[misc]
         if all(a.is_number for a in args):
             return sympy.Max(*args)
         return super().__new__(cls, *args, evaluate=False)
+
+
+class Min(sympy.Min):  # type: ignore[misc]
+    """min(a, b, ...) left unevaluated unless every argument is a number (as Max)."""
+
+    def __new__(cls, *args: sympy.Expr, **options: object) -> sympy.Expr:
+        args = tuple(sympy.Integer(a) if isinstance(a, int) else a for a in args)
+        if all(a.is_number for a in args):
+            return sympy.Min(*args)
+        return super().__new__(cls, *args, evaluate=False)
+
+
+def floor(x: sympy.Expr) -> sympy.Expr:
+    """floor(x), evaluated only when x is a number: sympy's own floor of a symbolic
+    capacity form tries to prove integrality first (~10 ms a call)."""
+    return sympy.floor(x) if x.is_number else sympy.floor(x, evaluate=False)

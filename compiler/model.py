@@ -14,7 +14,7 @@ import sympy
 
 from infest.compiler.elaborate import CompiledModel, OpNode
 from infest.compiler.keys import COST_KEYS, MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS  # noqa: F401
-from infest.compiler.functions import Max
+from infest.compiler.functions import Max, floor
 from infest.compiler.ops import L, touched_experts
 from infest.compiler.collectives import Links, call_time
 from infest.compiler.offload import host_bytes, host_time, offload_constraints, resident_share
@@ -198,7 +198,7 @@ def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
     the weights alone overflow); the global max_batch is dp times this."""
     if per_seq == 0:
         return sympy.oo  # no KV cache: memory does not bound the batch
-    return Max(0, sympy.floor(room / per_seq))
+    return Max(0, floor(room / per_seq))
 
 
 def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Expr:
@@ -218,7 +218,7 @@ def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Exp
             slope = linear + sum((c for w, c in windows if (w, c) not in full), sympy.Integer(0))
             fixed = sum((c * w for w, c in full), sympy.Integer(0))
             candidates.append(_candidate(budget, fixed, slope))
-    longest = sympy.floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
+    longest = floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
     return Max(0, longest - T if phase == "decode" else longest)
 
 

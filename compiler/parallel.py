@@ -29,7 +29,7 @@ import sympy
 from infest.compiler.collectives import Collective, Links, several
 from infest.compiler.constraints import Constraint
 from infest.compiler.cost import Cost
-from infest.compiler.functions import Max
+from infest.compiler.functions import Max, Min
 from infest.compiler.policy import Policy
 from infest.compiler.symbols import B, PARALLEL, T, sym
 
@@ -219,10 +219,10 @@ def _kv_share(op: "OpNode", w: _Walk, tp) -> sympy.Expr:
     """KV heads per GPU stop falling at tp = kv_heads: each is then replicated tp/kv_heads
     times."""
     kv_heads = op.args["kv_heads"]
-    w.need(Constraint("whole", Max(tp, kv_heads) / sympy.Min(tp, kv_heads), None,
+    w.need(Constraint("whole", Max(tp, kv_heads) / Min(tp, kv_heads), None,
                       f"tp and kv_heads of '{op.name}' divide one another", op.span,
                       "each GPU holds whole KV heads: tp a divisor or multiple of kv_heads"))
-    return 1 / sympy.Min(tp, kv_heads)
+    return 1 / Min(tp, kv_heads)
 
 
 def _norm(op: "OpNode", w: _Walk, tp) -> None:

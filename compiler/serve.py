@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.finite import check_finite
-from infest.compiler.terms import HARD_KEYS, TIME_TERMS
+from infest.compiler.terms import HARD_KEYS, TIME_TERMS, derated
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -248,9 +248,7 @@ def mixed_step(analysis: "Analysis", dec: Mapping[str, Any], pre: Mapping[str, A
         fix = (q["t"]["weight_bytes"] - q["d"]["weight_bytes"] - q["p"]["weight_bytes"]) / ins["mem_bw"]
         terms = {t.key: _MIXED[t.name](q["d"], q["p"], q["t"], fix, t.key) for t in TIME_TERMS}
         hard = np.maximum.reduce(np.broadcast_arrays(*(terms[k] for k in HARD_KEYS)))
-        derated = [terms[t.key] / ins.get(t.eff, 1.0) if t.eff else terms[t.key]
-                   for t in TIME_TERMS]
-        est = est + q["d"]["count"] * np.maximum.reduce(np.broadcast_arrays(*derated))
+        est = est + q["d"]["count"] * np.maximum.reduce(np.broadcast_arrays(*derated(terms, ins)))
         roof = roof + q["d"]["count"] * hard
     return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
 

@@ -5,13 +5,14 @@ term has a key (`t_<name>_s`), says whether it belongs to the hard bound (datash
 peaks, perfect overlap: no engine beats it) or carries an assumption about the engine,
 and names the binding-ceiling labels it splits into (memory time is reported as
 "weights" or "kv" by what its bytes are), and names the efficiency (a hardware field,
-compiler/efficiency.py) that derates it in the estimate: the estimate divides the term by
+compiler/hardware.py EFFICIENCIES) that derates it in the estimate: the estimate divides the term by
 that efficiency in (0, 1], so it is never below the bound. Adding a term is one entry
 here plus its per-op form in `compiler/model.py` (`TERM_FORMS`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,9 @@ TERM_KEYS = tuple(t.key for t in TIME_TERMS)
 HARD_KEYS = tuple(t.key for t in TIME_TERMS if t.hard)
 # Binding-ceiling labels in tie order (the first of equal terms wins).
 BOUND_TERMS = tuple(label for t in TIME_TERMS for label in t.bounds)
+
+
+def derated(terms: Mapping[str, Any], effs: Mapping[str, Any]) -> list[Any]:
+    """Each term at achievable ceilings: divided by its efficiency (a term with none, or
+    one the forms do not use, as it is). An op's estimate is the largest of these."""
+    return [terms[t.key] / effs.get(t.eff, 1.0) if t.eff else terms[t.key] for t in TIME_TERMS]

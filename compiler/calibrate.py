@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from infest.compiler.hardware import EFFICIENCIES, CompiledHardware
+from infest.compiler.hardware import EFFICIENCIES, CompiledHardware, efficiencies
 from infest.compiler.terms import TIME_TERMS, derated
 from infest.dsl.errors import Span, fail
 
@@ -201,8 +201,9 @@ def constrained(rows: list[Prepared], effs: Mapping[str, float]) -> dict[str, bo
 
 
 def start_values(hw: CompiledHardware) -> dict[str, float]:
-    """The hardware's efficiencies, the documented defaults where it has none."""
-    return {k: float(hw.fields[k].value if k in hw.fields else EFFICIENCIES[k]) for k in FITTED}
+    """The hardware's efficiencies as evaluation uses them (compiler/hardware.py)."""
+    effs = efficiencies(hw.fields)
+    return {k: float(effs[k]) for k in FITTED}
 
 
 def errors(rows: list[Prepared], effs: Mapping[str, float]) -> list[float]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Mapping
 
 from infest.dsl import ast
 from infest.dsl.errors import Collector, Span, SpecError, fail
@@ -36,9 +37,13 @@ FIELD_DOC = {
 # - eff_link 0.8: an assumption: NCCL ring all-reduce bus bandwidth on NVLink reaches
 #   roughly 0.8 of the link's datasheet speed at large messages; it also derates the
 #   per-call latency (the whole collective time is divided by it).
+# A spec that carries a measured ceiling beside the datasheet one (mem_bw_measured,
+# flops_bf16_measured) gets measured / datasheet instead; an eff_* field wins over both.
 # `infest calibrate` fits all three to measured step times.
 EFFICIENCIES = {"eff_mem": Fraction(4, 5), "eff_flops": Fraction(7, 10),
                 "eff_link": Fraction(4, 5)}
+MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),
+            "eff_flops": ("flops_bf16_measured", "flops_bf16")}
 # Fields a what-if may set to 0 (one source of truth for hardware files and --set): fixed
 # per-kernel and per-message costs. Bandwidths, peaks and capacities divide or bound, so
 # they stay positive.
@@ -68,6 +73,17 @@ class CompiledHardware:
     file: str
     fields: dict[str, HwValue]
     span: Span
+
+
+def efficiencies(fields: Mapping[str, HwValue]) -> dict[str, Fraction]:
+    """A hardware's efficiencies: its eff_* fields, else measured / datasheet ceilings
+    where it carries both (MEASURED), else the documented defaults (EFFICIENCIES)."""
+    out = dict(EFFICIENCIES)
+    for eff, (measured, peak) in MEASURED.items():
+        if measured in fields and peak in fields:
+            out[eff] = min(Fraction(1), fields[measured].value / fields[peak].value)
+    out.update({k: fields[k].value for k in EFFICIENCIES if k in fields})
+    return out
 
 
 def expected_dimension(name: str) -> str | None:

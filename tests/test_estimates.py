@@ -97,3 +97,24 @@ def test_estimate_is_never_below_the_bound(model, hw, phase, b, n, tp, effs) -> 
     assert step["estimate_s"] >= step["time_s"] * (1 - 1e-12)
     assert step["time_s"] >= step["roofline_s"] * (1 - 1e-12)
     assert step["tokens_per_s_estimate"] <= step["tokens_per_s"] * (1 + 1e-12)
+
+
+def test_measured_ceilings_set_the_default_efficiencies() -> None:
+    # h200_sxm carries mem_bw_measured = 4.3 TB/s beside mem_bw = 4.8 TB/s and
+    # flops_bf16_measured = 790 beside flops_bf16 = 989 TFLOP/s: eff_mem = 4.3 / 4.8 =
+    # 0.8958, eff_flops = 790 / 989 = 0.7988; eff_link has no measured field: 0.8.
+    ins = _analysis("llama3_1_8b.arch", "h200_sxm", "decode").evaluate()["inputs"]
+    assert ins["eff_mem"] == pytest.approx(4.3 / 4.8, rel=1e-12)
+    assert ins["eff_flops"] == pytest.approx(790 / 989, rel=1e-12)
+    assert ins["eff_link"] == 0.8
+
+
+def test_every_public_measurement_is_slower_than_its_bound() -> None:
+    # bench/measurements.csv: bound / measured <= 1 on every row (bench/accuracy.py).
+    from infest.compiler import calibrate as cal
+    path = ROOT / "bench" / "measurements.csv"
+    rows = cal.read_measurements(path)
+    assert len(rows) >= 15
+    for hw in {r.hardware for r in rows}:
+        for p in cal.prepare([r for r in rows if r.hardware == hw], hw, path.parent):
+            assert p.bound_s <= p.row.step_s, f"line {p.row.span.line}"

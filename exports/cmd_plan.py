@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         result = disaggregate(engines, demand, parse_sets(args.set))
         print(json.dumps(result, indent=2) if args.json else disagg_text(result))
         return 0
-    result = plan(engines, demand, parse_sets(args.set))
+    result = {**plan(engines, demand, parse_sets(args.set)), "use": args.use}
     if args.plot:
         from infest.exports.plan_plot import plot_pareto
         plot_pareto(result, args.plot)

@@ -54,7 +54,8 @@ def _speculative_line(s: Mapping[str, Any]) -> str:
 
 def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
     """The best layout, the runners-up and the Pareto front, one line each."""
-    lines = ["best (fewest GPUs meeting the limits and the demand; static batching, estimates):",
+    lines = [f"best (fewest GPUs meeting the limits and the demand; static batching, "
+             f"{r.get('use', 'estimate')}s):",
              "  " + _plan_line(r["best"]), "runners-up:"]
     lines += ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
     lines += [f"Pareto front ({len(r['pareto'])} points, tokens/s per GPU vs per user):"]

@@ -118,3 +118,37 @@ def test_every_public_measurement_is_slower_than_its_bound() -> None:
     for hw in {r.hardware for r in rows}:
         for p in cal.prepare([r for r in rows if r.hardware == hw], hw, path.parent):
             assert p.bound_s <= p.row.step_s, f"line {p.row.span.line}"
+
+
+def _serve_engine(use: str):
+    from infest.compiler.serve import Engine
+    return Engine(_analysis("llama3_1_8b.arch", "h200_sxm", "decode"),
+                  _analysis("llama3_1_8b.arch", "h200_sxm", "prefill"), use=use)
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_serve_uses_the_estimate_or_the_bound(batching: str) -> None:
+    from infest.compiler.serve import Request, serve
+    request = Request(2048, 65, 8, batching, 512)
+    bound = serve(_serve_engine("bound"), request, {})
+    estimate = serve(_serve_engine("estimate"), request, {})
+    # --use bound: the metrics are the bound's; the bound column is the same either way.
+    assert bound["tpot_s"] == bound["bound"]["tpot_s"] == estimate["bound"]["tpot_s"]
+    assert estimate["tpot_s"] > bound["tpot_s"] and estimate["ttft_s"] > bound["ttft_s"]
+    # Efficiencies of 1 and no launch floor: the estimate is the bound, mixed steps too.
+    ideal = {"eff_mem": 1, "eff_flops": 1, "eff_link": 1, "launch_overhead": 0}
+    same = serve(_serve_engine("estimate"), request, ideal)
+    assert same["tpot_s"] == pytest.approx(same["bound"]["tpot_s"], rel=1e-12)
+    assert same["ttft_s"] == pytest.approx(same["bound"]["ttft_s"], rel=1e-12)
+
+
+def test_cli_use_flag(capsys) -> None:
+    import json
+    from infest.exports.cli import main
+    args = ["serve", "llama3_1_8b", "--hw", "h200_sxm", "--isl", "128", "--osl", "9",
+            "--concurrency", "4", "--json"]
+    assert main(args + ["--use", "bound"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["use"] == "bound" and r["tpot_s"] == r["bound"]["tpot_s"]
+    assert main(args + ["--use", "guess"]) == 1
+    assert "invalid choice: 'guess'" in capsys.readouterr().err

@@ -63,7 +63,7 @@ class Row:
 
 @dataclass
 class Prepared:
-    """A row evaluated once: per-op counts and time terms, its bound and start effs."""
+    """A row evaluated once: per-op counts and time terms, and its bound (roofline)."""
 
     row: Row
     count: np.ndarray

@@ -150,5 +150,7 @@ def test_cli_use_flag(capsys) -> None:
     assert main(args + ["--use", "bound"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["use"] == "bound" and r["tpot_s"] == r["bound"]["tpot_s"]
-    assert main(args + ["--use", "guess"]) == 1
+    with pytest.raises(SystemExit) as exc:  # bad arguments: argparse's error, exit 1
+        main(args + ["--use", "guess"])
+    assert exc.value.code == 1
     assert "invalid choice: 'guess'" in capsys.readouterr().err

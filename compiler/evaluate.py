@@ -13,7 +13,7 @@ import sympy
 
 from infest.compiler.codegen import numpy_source
 from infest.compiler.constraints import check_infos, constraints_source
-from infest.compiler.hardware import CompiledHardware
+from infest.compiler.hardware import EFFICIENCIES, CompiledHardware, efficiencies
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
 from infest.compiler.offload import OFFLOAD_INPUTS, default_gpu_experts
 # Input, op_bound and step_bound live in the sympy-free runner; re-exported for callers.
@@ -71,7 +71,7 @@ def _check_names(forms: Forms, hw: CompiledHardware | None,
 
 
 def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fraction]:
-    known = dict(DEFAULTS)
+    known = {**DEFAULTS, **(efficiencies(hw.fields) if hw is not None else EFFICIENCIES)}
     known.update({p.name: p.default for p in forms.model.params.values() if p.is_input})
     if hw is not None:
         known.update({k: v.value for k, v in hw.fields.items()})

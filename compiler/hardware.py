@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Mapping
 
 from infest.dsl import ast
 from infest.dsl.errors import Collector, Span, SpecError, fail
@@ -21,7 +22,28 @@ FIELD_DOC = {
     "net_latency": ("time per collective call between nodes", TIME),
     "host_bw": ("GPU-to-host (CPU memory) link, one direction", BANDWIDTH),
     "host_capacity": ("host (CPU) memory for offload", BYTES),
+    "eff_mem": ("achievable share of mem_bw (estimate)", COUNT),
+    "eff_flops": ("achievable share of every flops_* peak (estimate)", COUNT),
+    "eff_link": ("achievable share of link and network speed (estimate)", COUNT),
 }
+# Efficiencies: achievable ceiling / datasheet ceiling, in (0, 1]. The estimate divides
+# each bound term by its efficiency (compiler/terms.py), so it never beats the bound. A
+# hardware spec or --set may give measured values; without them these defaults apply:
+# - eff_mem 0.8: the HBM derate performance tools in use apply; a pure device-to-device
+#   copy reaches more (~4.3 of 4.8 TB/s = 0.9 measured on one H200 through PyTorch), a
+#   decode step's many smaller reads less. 0.8 is an assumption between the two.
+# - eff_flops 0.7: an 8192^3 bf16 matmul reaches ~790 of 989 TFLOP/s (0.8, measured on one
+#   H200, random data); inference GEMMs are smaller and skinnier. 0.7 is an assumption.
+# - eff_link 0.8: an assumption: NCCL ring all-reduce bus bandwidth on NVLink reaches
+#   roughly 0.8 of the link's datasheet speed at large messages; it also derates the
+#   per-call latency (the whole collective time is divided by it).
+# A spec that carries a measured ceiling beside the datasheet one (mem_bw_measured,
+# flops_bf16_measured) gets measured / datasheet instead; an eff_* field wins over both.
+# `infest calibrate` fits all three to measured step times.
+EFFICIENCIES = {"eff_mem": Fraction(4, 5), "eff_flops": Fraction(7, 10),
+                "eff_link": Fraction(4, 5)}
+MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),
+            "eff_flops": ("flops_bf16_measured", "flops_bf16")}
 # Fields a what-if may set to 0 (one source of truth for hardware files and --set): fixed
 # per-kernel and per-message costs, and the offload inputs (no expert resident, no measured
 # hits: compiler/offload.py). Bandwidths, peaks and capacities divide or bound, so they
@@ -55,6 +77,17 @@ class CompiledHardware:
     span: Span
 
 
+def efficiencies(fields: Mapping[str, HwValue]) -> dict[str, Fraction]:
+    """A hardware's efficiencies: its eff_* fields, else measured / datasheet ceilings
+    where it carries both (MEASURED), else the documented defaults (EFFICIENCIES)."""
+    out = dict(EFFICIENCIES)
+    for eff, (measured, peak) in MEASURED.items():
+        if measured in fields and peak in fields:
+            out[eff] = min(Fraction(1), fields[measured].value / fields[peak].value)
+    out.update({k: fields[k].value for k in EFFICIENCIES if k in fields})
+    return out
+
+
 def expected_dimension(name: str) -> str | None:
     """The unit dimension a field must have (flops_* are FLOP/s)."""
     return FLOPS_RATE if name.startswith("flops_") else FIELD_DIMENSIONS.get(name)
@@ -73,8 +106,17 @@ def field_doc(name: str) -> tuple[str, str]:
 
 
 def sign_rule(name: str) -> str:
-    """What a field's value must be, for messages: "positive" or "0 or more"."""
+    """What a field's value must be, for messages: "positive", "0 or more" or "in (0, 1]"."""
+    if name in EFFICIENCIES:
+        return "in (0, 1]"
     return "0 or more" if may_be_zero(name) else "positive"
+
+
+def in_range(name: str, value: Fraction) -> bool:
+    """Whether a hardware field (or a --set of it) may take this value."""
+    if name in EFFICIENCIES:
+        return 0 < value <= 1
+    return value > 0 or (value == 0 and may_be_zero(name))
 
 
 def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
@@ -106,6 +148,8 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if want and got and got != want and not (want == COUNT and got is None):
         raise fail(f.value.span, f"'{f.name}' is a {want} quantity, not {got}",
                    _COUNT_PREFIX_HINT if got == COUNT else f"e.g. {f.name} = {_EXAMPLE.get(want, '1')}")
-    if f.value.value < 0 or (f.value.value == 0 and not may_be_zero(f.name)):
-        raise fail(f.value.span, f"'{f.name}' must be {sign_rule(f.name)}")
+    if not in_range(f.name, f.value.value):
+        raise fail(f.value.span, f"'{f.name}' must be {sign_rule(f.name)}",
+                   "an efficiency is achievable / datasheet speed, e.g. eff_mem = 0.85"
+                   if f.name in EFFICIENCIES else None)
     return HwValue(f.value.value, got or want, f.span)

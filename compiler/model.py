@@ -101,6 +101,12 @@ def _op_forms(op: OpNode, links: Links) -> dict[str, sympy.Expr]:
     return forms
 
 
+def estimate(op: dict[str, sympy.Expr]) -> sympy.Expr:
+    """An op instance's estimate: its largest term at achievable ceilings (each term over
+    its efficiency, compiler/terms.py). Efficiencies are <= 1, so this is >= time_s."""
+    return Max(*(op[t.key] / sym(t.eff) if t.eff else op[t.key] for t in TIME_TERMS))
+
+
 def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
     return sympy.Add(*(op["count"] * op[key] for op in ops))
 
@@ -112,6 +118,8 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
     # The throughput ceiling comes from the hard bound: time_s adds the launch floor, an
     # assumption about the engine that a fused, graph-captured engine can beat.
     step["tokens_per_s"] = B * T / step["roofline_s"]
+    step["estimate_s"] = sympy.Add(*(op["count"] * estimate(op) for op in ops))
+    step["tokens_per_s_estimate"] = B * T / step["estimate_s"]
     step["collectives"] = sympy.Add(*(op["count"] for op, node in zip(ops, model.ops)
                                       if node.comm is not None))
     step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW

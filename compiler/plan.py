@@ -76,7 +76,7 @@ def carried(users: int | None, slots: np.ndarray) -> np.ndarray:
 
 def evaluate_grid(engine: "Engine", demand: Demand, overrides: Mapping[str, Any],
                   grid: np.ndarray) -> dict[str, np.ndarray]:
-    """TTFT, TPOT (estimate), B and C, layout gpus, ok (valid and the decode fits) and
+    """TTFT, TPOT (the engine's `use`: estimate or bound), B and C, layout gpus, ok (valid and the decode fits) and
     ok_prefill (valid and the prefill fits) for every layout row x B: shape (L, nb)."""
     per_rank = 2.0 ** np.arange(int(math.log2(MAX_PER_RANK)) + 1)
     base = [_base(a, overrides) for a in (engine.decode, engine.prefill)]
@@ -100,12 +100,13 @@ def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows:
     dec = _values(engine.decode, base[0], {**layout, "B": B, "N": N, "T": 1.0})
     pre = _values(engine.prefill, base[1], {**layout, "B": B, "N": float(demand.isl)})
     shape = (len(rows), len(per_rank))
-    time = np.broadcast_to(dec["step.time_s"], shape + (len(contexts) + 1,))
+    key = f"step.{engine.key}"
+    time = np.broadcast_to(dec[key], shape + (len(contexts) + 1,))
     valid = dec["valid"][..., -1] & pre["valid"][..., 0]
     fits = np.broadcast_to(dec["memory.fits"], time.shape)[..., -1]
     fits_prefill = np.broadcast_to(pre["memory.fits"], shape + (1,))[..., 0]
     return {"tpot": time[..., :-1].mean(axis=-1), "ok_prefill": valid & fits_prefill,
-            "ttft": np.broadcast_to(pre["step.time_s"], shape + (1,))[..., 0],
+            "ttft": np.broadcast_to(pre[key], shape + (1,))[..., 0],
             "B": np.broadcast_to(B[..., 0], shape), "C": np.broadcast_to(C[..., 0], shape),
             "ok": valid & fits,
             "layout_gpus": np.broadcast_to(dec["parallel.gpus"], time.shape)[..., 0]}
@@ -116,7 +117,7 @@ def _values(analysis, base: Mapping[str, float], point: Mapping[str, Any]) -> di
     values = {**base, **point}
     out = analysis.compiled(list(base))(values)
     shape = np.broadcast_shapes(*(np.shape(v) for v in point.values()))
-    finite = np.isfinite(np.broadcast_to(out["step.time_s"], shape))
+    finite = np.isfinite(np.broadcast_to(out["step.estimate_s"], shape))
     return {**out, "valid": np.broadcast_to(analysis.valid(values), shape) & finite}
 
 

@@ -112,8 +112,7 @@ class Runner:
                 raise fail(None, f"--set {name}: no such input",
                            did_you_mean(name, set(self.kinds) | set(self.defaults))
                            or "see `infest eval --json` inputs")
-            if value <= 0:
-                _check_sign(name, value)
+            _check_sign(name, value)
             if value > MAX_VALUE:
                 raise fail(None, f"--set {name}: absurdly large value", "values must stay below 1e30")
 
@@ -195,11 +194,14 @@ class Runner:
 
 
 def _check_sign(name: str, value: Fraction) -> None:
-    """Only fields that may be 0 (latencies: compiler/hardware.py) may be 0; nothing < 0."""
-    from infest.compiler.hardware import MAY_BE_ZERO, may_be_zero, sign_rule
-    if value < 0 or not may_be_zero(name):
-        raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
-                   f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
+    """Only fields that may be 0 (latencies: compiler/hardware.py) may be 0; nothing < 0;
+    efficiencies lie in (0, 1]."""
+    from infest.compiler.hardware import EFFICIENCIES, MAY_BE_ZERO, in_range, sign_rule
+    if in_range(name, value):
+        return
+    raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
+               "an efficiency is achievable / datasheet speed" if name in EFFICIENCIES
+               else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
 
 
 def _span(data: Mapping[str, Any] | None) -> Span | None:

@@ -1,7 +1,9 @@
 """Serving a request shape: TTFT, TPOT, E2E and throughput from the step forms.
 
 Everything is built from the closed forms `infest eval` evaluates (one generated numpy
-function per phase): the decode forms take B sequences, T new tokens each, N cached;
+function per phase), costing each step by the engine's `use`: the estimate
+(step.estimate_s, achievable ceilings; the default) or the bound (step.roofline_s). The
+bound is reported beside either: the decode forms take B sequences, T new tokens each, N cached;
 the prefill forms take a prompt of N tokens per sequence. Metrics as serving benchmarks
 define them: TPOT = (E2E - TTFT) / (OSL - 1), so E2E = TTFT + (OSL - 1) x TPOT.
 
@@ -34,7 +36,7 @@ import numpy as np
 
 from infest.compiler.finite import check_finite
 from infest.compiler.params import TRAINED_CONTEXT
-from infest.compiler.terms import HARD_KEYS, TIME_TERMS
+from infest.compiler.terms import HARD_KEYS, TIME_TERMS, derated
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ MAX_CONCURRENCY = 2**20      # requests in flight
 CONTEXT_POINTS = 32          # decode contexts averaged for TPOT (all of them up to this many)
 DEFAULT_CHUNK = 2048         # prefill tokens per step (vLLM's max_num_batched_tokens default)
 BATCHING = ("static", "continuous")
+# What a step costs under each --use: the step key serve and plan read.
+USES = {"estimate": "estimate_s", "bound": "roofline_s"}
+DEFAULT_USE = "estimate"
 METRIC_KEYS = ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gpu",
                "tokens_per_s_per_user", "requests_per_s", "gpus", "fits")
 
@@ -63,10 +68,17 @@ class Request:
 
 @dataclass
 class Engine:
-    """The decode and prefill analyses of one spec, hardware and policy."""
+    """The decode and prefill analyses of one spec, hardware and policy, and which step
+    time (`use`: a key of USES) the metrics come from."""
 
     decode: "Analysis"
     prefill: "Analysis"
+    use: str = DEFAULT_USE
+
+    @property
+    def key(self) -> str:
+        """The step key of `use`: estimate_s or roofline_s."""
+        return USES[self.use]
 
 
 def check_request(r: Request) -> None:
@@ -154,12 +166,12 @@ def _speculative(engine: Engine, draft: "Draft", r: Request, overrides: Mapping[
     """TTFT plus the draft's prefill, TPOT per round; the plain TPOT and break-even kept."""
     from infest.compiler.speculative import speculate
     spec = speculate(engine, draft, r, decode_contexts(r.isl, r.osl), overrides)
-    pair = (spec["time_s"], spec["roofline_s"])
+    pair = (spec[engine.key], spec["roofline_s"])
     ttft = tuple(t + s["draft_prefill_s"] for t, s in zip(ttft, pair))
     tpot = tuple(s["tpot_s"] for s in pair)
     notes = {"draft_len": draft.length, "acceptance": draft.acceptance,
              "tokens_per_round": spec["tokens_per_round"], **{
-                 k: spec["time_s"][k] for k in ("round_s", "plain_tpot_s", "breakeven_acceptance")}}
+                 k: spec[engine.key][k] for k in ("round_s", "plain_tpot_s", "breakeven_acceptance")}}
     return ttft, tpot, {**info, "fits": spec["fits"], "speculative": notes}
 
 
@@ -183,8 +195,9 @@ def _static(engine: Engine, r: Request, overrides: Mapping[str, Any]):
     last = float(r.isl + r.osl - 2)   # the last decode step: its cache then holds ISL + OSL - 1
     dec = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": last})
     steps = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": contexts})
-    ttft = (float(pre["step.time_s"]), float(pre["step.roofline_s"]))
-    tpot = (float(np.mean(steps["step.time_s"])), float(np.mean(steps["step.roofline_s"])))
+    key = f"step.{engine.key}"
+    ttft = (float(pre[key]), float(pre["step.roofline_s"]))
+    tpot = (float(np.mean(steps[key])), float(np.mean(steps["step.roofline_s"])))
     return ttft, tpot, _info(dec)
 
 
@@ -205,8 +218,9 @@ def _continuous(engine: Engine, r: Request, overrides: Mapping[str, Any]):
     dec = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": mean_ctx})
     pre = evaluate(engine.decode, overrides, {"B": dp, "T": sizes, "N": starts})
     tot = evaluate(engine.decode, overrides, {"B": dp, "T": r.concurrency / dp + sizes, "N": 0.0})
-    mixed = mixed_step(engine.decode, dec, pre, tot)
-    pure = (float(dec["step.time_s"]), float(dec["step.roofline_s"]))
+    every = mixed_step(engine.decode, dec, pre, tot)
+    mixed = (every[engine.key], every["roofline_s"])
+    pure = (float(dec[f"step.{engine.key}"]), float(dec["step.roofline_s"]))
     carried = r.concurrency / dp * chunks     # chunk-carrying steps per OSL - 1 steps
     out = []
     for m, p in zip(mixed, pure):
@@ -240,21 +254,21 @@ _MIXED = {
 
 
 def mixed_step(analysis: "Analysis", dec: Mapping[str, Any], pre: Mapping[str, Any],
-               tot: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(step time, roofline) of one forward carrying the decode point `dec` and the chunk
-    point `pre`; `tot` is the same layout at all their tokens with no cache (its weight
-    bytes are what the step's tokens touch together, its collectives carry them all)."""
-    mem_bw = dec["inputs"]["mem_bw"]
-    time, roof = 0.0, 0.0
+               tot: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """{estimate_s, roofline_s} of one forward carrying the decode point `dec` and the
+    chunk point `pre`; `tot` is the same layout at all their tokens with no cache (its
+    weight bytes are what the step's tokens touch together, its collectives carry them
+    all). The estimate divides each term by its efficiency, as compiler/model.py does."""
+    ins = dec["inputs"]
+    est, roof = 0.0, 0.0
     for i in range(len(analysis.forms.ops)):
         q = {name: _keyed(src, i) for name, src in (("d", dec), ("p", pre), ("t", tot))}
-        fix = (q["t"]["weight_bytes"] - q["d"]["weight_bytes"] - q["p"]["weight_bytes"]) / mem_bw
+        fix = (q["t"]["weight_bytes"] - q["d"]["weight_bytes"] - q["p"]["weight_bytes"]) / ins["mem_bw"]
         terms = {t.key: _MIXED[t.name](q["d"], q["p"], q["t"], fix, t.key) for t in TIME_TERMS}
         hard = np.maximum.reduce(np.broadcast_arrays(*(terms[k] for k in HARD_KEYS)))
-        every = np.maximum.reduce(np.broadcast_arrays(*terms.values()))
-        time = time + q["d"]["count"] * every
+        est = est + q["d"]["count"] * np.maximum.reduce(np.broadcast_arrays(*derated(terms, ins)))
         roof = roof + q["d"]["count"] * hard
-    return np.asarray(time, float), np.asarray(roof, float)
+    return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
 
 
 def _keyed(values: Mapping[str, Any], i: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ VERBS = {
     "diagnose": ("cmd_diagnose", "which ceiling binds a measured system (bandwidth, comm, launch, occupancy)"),
     "serve": ("cmd_serve", "TTFT, TPOT, E2E and tokens/s for a request shape and a concurrency"),
     "plan": ("cmd_plan", "fewest GPUs (layout, concurrency) meeting TPOT/TTFT limits for a demand"),
+    "calibrate": ("cmd_calibrate", "fit eff_mem/eff_flops/eff_link to measured step times (CSV)"),
     "list": ("cmd_list", "list shipped models and hardware"),
     "import-hf": ("cmd_import_hf", "write a .arch spec from a Hugging Face config.json"),
 }

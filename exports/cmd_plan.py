@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from infest.exports.cmd_serve import add_request_args, make_engine
+from infest.exports.cmd_serve import add_request_args, add_use_arg, make_engine
 from infest.exports.common import add_spec_args, parse_sets
 
 
@@ -13,6 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     [--disaggregate] [--json] [--plot]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
+    add_use_arg(p)
     demand = p.add_mutually_exclusive_group(required=True)
     demand.add_argument("--users", type=int, metavar="U", help="concurrent users to serve")
     demand.add_argument("--rps", type=float, metavar="R", help="requests per second to serve")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         result = disaggregate(engines, demand, parse_sets(args.set))
         print(json.dumps(result, indent=2) if args.json else disagg_text(result))
         return 0
-    result = plan(engines, demand, parse_sets(args.set))
+    result = {**plan(engines, demand, parse_sets(args.set)), "use": args.use}
     if args.plot:
         from infest.exports.plan_plot import plot_pareto
         plot_pareto(result, args.plot)

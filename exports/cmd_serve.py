@@ -11,6 +11,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--draft ..] [--json]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
+    add_use_arg(p)
     p.add_argument("--concurrency", type=int, required=True, metavar="C",
                    help="requests in flight (the global batch B)")
     p.add_argument("--batching", choices=("static", "continuous"), default="static",
@@ -26,6 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the serve --json contract object")
 
 
+def add_use_arg(p: argparse.ArgumentParser) -> None:
+    """--use estimate|bound, shared with `plan`: which step time the metrics come from."""
+    p.add_argument("--use", choices=("estimate", "bound"), default="estimate",
+                   help="cost steps by the estimate (achievable ceilings, default) or the "
+                        "bound (roofline: datasheet peaks); the bound is shown beside either")
+
+
 def add_request_args(p: argparse.ArgumentParser) -> None:
     """--isl and --osl (whole numbers of tokens), shared with `plan`."""
     p.add_argument("--isl", type=int, required=True, metavar="TOKENS", help="prompt tokens")
@@ -38,7 +46,7 @@ def make_engine(args: argparse.Namespace, policy: str | None = None):
     from infest.compiler.serve import Engine
     policy = policy if policy is not None else args.policy
     return Engine(*(analyze(args.spec, hw=args.hw, phase=phase, model=args.model, policy=policy)
-                    for phase in ("decode", "prefill")))
+                    for phase in ("decode", "prefill")), use=args.use)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     draft = _draft(args)
     engine = make_engine(args)
     result = serve(engine, request, parse_sets(args.set), draft)
-    result.update(model=engine.decode.model.name, hardware=engine.decode.hardware.name,
+    result.update(use=args.use, model=engine.decode.model.name, hardware=engine.decode.hardware.name,
                   policy=engine.decode.forms.layout.policy, isl=args.isl, osl=args.osl,
                   concurrency=args.concurrency, batching=args.batching)
     print(json.dumps(result, indent=2) if args.json else serve_text(result))
@@ -71,5 +79,6 @@ def _draft(args: argparse.Namespace):
     if args.acceptance is None:
         raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
     check_draft(args.draft_len, args.acceptance)
-    engine = Engine(*(analyze(args.draft, hw=args.hw, phase=phase) for phase in ("decode", "prefill")))
+    engine = Engine(*(analyze(args.draft, hw=args.hw, phase=phase) for phase in ("decode", "prefill")),
+                    use=args.use)
     return Draft(engine, args.draft_len, args.acceptance)

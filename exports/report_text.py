@@ -60,7 +60,10 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["roofline: hard bound (no engine beats it)", duration(s["roofline_s"])],
         ["time with launch floor (assumes the engine)", duration(s["time_s"])],
         ["check: weights touched / mem_bw", duration(s["weights_floor_s"])],
-        ["tokens/s hard bound (B*T / roofline)", f"{s['tokens_per_s']:.4g} tok/s"],
+        ["step bound / estimate", f"{duration(s['roofline_s'])} / {duration(s['estimate_s'])}"],
+        ["tokens/s bound / estimate", f"{s['tokens_per_s']:.4g} / "
+                                      f"{s['tokens_per_s_estimate']:.4g} tok/s"],
+        ["  estimate at achievable ceilings", _efficiencies(result["inputs"])],
         ["kernels per step", _kernels(result)],
         ["collectives per step", f"{s['collectives']} calls, {si(s['comm_bytes'], 'B')} "
          f"({duration(s['t_comm_s'])})"],
@@ -77,6 +80,12 @@ def _offload_rows(result: dict) -> list[list[str]]:
     return [["expert offload (host link)",
              f"{i['gpu_experts']} experts per layer in HBM; {si(s['host_bytes'], 'B')} of "
              f"misses per step at {si(i['host_bw'], 'B/s')} ({duration(s['t_host_s'])})"]]
+
+
+def _efficiencies(inputs: dict) -> str:
+    """`eff_mem 0.8, eff_flops 0.7, eff_link 0.8` (only those the forms use)."""
+    used = [f"{k} {inputs[k]:g}" for k in ("eff_mem", "eff_flops", "eff_link") if k in inputs]
+    return ", ".join(used) + " of datasheet; launch floor as above"
 
 
 def _per_gpu_rows(result: dict) -> list[list[str]]:

@@ -17,8 +17,9 @@ _MODEL = {
     "continuous": "continuous batching: C requests decode every step; each new prompt rides "
                   "in chunks (one per step), TPOT includes the chunk-carrying steps",
 }
-NOTE = ("estimate = step time with the launch floor (kernels x launch_overhead: an assumption "
-        "about the engine); bound = roofline (datasheet peaks, perfect overlap): no engine "
+NOTE = ("estimate = steps at achievable ceilings (datasheet x eff_mem, eff_flops, eff_link) "
+        "with the launch floor (kernels x launch_overhead: an assumption about the engine); "
+        "bound = roofline (datasheet peaks, perfect overlap): no engine "
         "beats it under this scheduling model")
 
 
@@ -27,7 +28,8 @@ def serve_text(r: Mapping[str, Any]) -> str:
     head = (f"{r['model']} on {r['hardware']}, ISL={r['isl']} OSL={r['osl']} "
             f"concurrency={r['concurrency']}, policy {r['policy']}, {r['gpus']} GPU(s)")
     width = max(len(name) for name, _, _ in _ROWS)
-    lines = [head, _MODEL[r["batching"]], "", f"{'':{width}}  {'estimate':>14}  {'bound':>14}"]
+    used = r.get("use", "estimate")
+    lines = [head, _MODEL[r["batching"]], "", f"{'':{width}}  {used:>14}  {'bound':>14}"]
     for name, key, fmt in _ROWS:
         lines.append(f"{name:{width}}  {fmt(r[key]):>14}  {fmt(r['bound'][key]):>14}")
     if r["batching"] == "continuous":
@@ -52,7 +54,8 @@ def _speculative_line(s: Mapping[str, Any]) -> str:
 
 def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
     """The best layout, the runners-up and the Pareto front, one line each."""
-    lines = ["best (fewest GPUs meeting the limits and the demand; static batching, estimates):",
+    lines = [f"best (fewest GPUs meeting the limits and the demand; static batching, "
+             f"{r.get('use', 'estimate')}s):",
              "  " + _plan_line(r["best"]), "runners-up:"]
     lines += ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
     lines += [f"Pareto front ({len(r['pareto'])} points, tokens/s per GPU vs per user):"]

@@ -287,9 +287,9 @@ def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
     column = _op_letters().get(key) if section == "step" and key in _OPS_SUMMED else None
     if column:
         return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
-    if section == "step" and key == "tokens_per_s":
+    if section == "step" and key in _RATE_OF:
         tokens = sym("B") * (sym("T") if b.analysis.forms.phase == "decode" else sym("N"))
-        return f"={excel_formula_split(tokens, b.names, b._helper)}/out_roofline_s"
+        return f"={excel_formula_split(tokens, b.names, b._helper)}/{_RATE_OF[key]}"
     if section == "memory" and key == "fits":
         return "=out_total_bytes<=out_capacity_bytes"
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
@@ -311,6 +311,8 @@ def _name_of(section: str, key: str) -> str:
 
 # Step totals that are sums over the Ops sheet of count x the op's own cell.
 _OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s"}
+# Throughputs: B x T over the step time cell they come from (the bound or the estimate).
+_RATE_OF = {"tokens_per_s": "out_roofline_s", "tokens_per_s_estimate": "out_estimate_s"}
 
 
 _FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+00",

@@ -94,7 +94,7 @@ def test_disaggregated_pools_match_their_steps() -> None:
     lay = lambda c: {k: c[k] for k in ("tp", "ep", "pp", "dp")}  # noqa: E731
     # Prefill pool: TTFT = one prefill step of `batch` prompts of 2048 tokens, within 0.3 s.
     t_p = engine.prefill.evaluate({**lay(pre), "B": pre["batch_per_replica"], "N": 2048})
-    assert pre["ttft_s"] == pytest.approx(t_p["step"]["time_s"], rel=1e-12)
+    assert pre["ttft_s"] == pytest.approx(t_p["step"]["estimate_s"], rel=1e-12)
     assert pre["ttft_s"] <= 0.3
     # Decode pool: TPOT = serve's static TPOT at the carried concurrency, within 20 ms;
     # every user's slot lives there: ceil(64 / C) replicas.

@@ -22,7 +22,7 @@ def engine() -> Engine:
 
 
 def _step(engine: Engine, **point) -> float:
-    return engine.decode.evaluate(point)["step"]["time_s"]
+    return engine.decode.evaluate(point)["step"]["estimate_s"]
 
 
 def test_e2e_is_ttft_plus_osl_minus_one_tpot_exactly(engine: Engine) -> None:
@@ -36,7 +36,7 @@ def test_e2e_is_ttft_plus_osl_minus_one_tpot_exactly(engine: Engine) -> None:
 def test_static_ttft_is_the_prefill_and_tpot_lies_between_first_and_last_step(engine) -> None:
     r = serve(engine, Request(2048, 9, 8), {})
     # TTFT: the prefill step of 8 prompts of 2048 tokens.
-    assert r["ttft_s"] == engine.prefill.evaluate({"B": 8, "N": 2048})["step"]["time_s"]
+    assert r["ttft_s"] == engine.prefill.evaluate({"B": 8, "N": 2048})["step"]["estimate_s"]
     # OSL 9: decode steps at N = 2048 .. 2055 (8 of them), all averaged.
     steps = [_step(engine, B=8, N=n) for n in range(2048, 2056)]
     assert r["tpot_s"] == pytest.approx(sum(steps) / 8, rel=1e-12)
@@ -124,17 +124,17 @@ def test_speculative_serve_worked_by_hand() -> None:
     r = serve(target, Request(2048, 9, 8), {"tp": 4}, Draft(small, 4, 0.8))
     # OSL 9: rounds at contexts N = 2048 .. 2055; a round = 4 draft steps (8B, T = 1) + one
     # 70B step over T = 5 tokens, both at B = 8 on the same tp = 4 GPUs.
-    rounds = [4 * small.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["time_s"]
-              + target.decode.evaluate({"B": 8, "N": n, "T": 5, "tp": 4})["step"]["time_s"]
+    rounds = [4 * small.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["estimate_s"]
+              + target.decode.evaluate({"B": 8, "N": n, "T": 5, "tp": 4})["step"]["estimate_s"]
               for n in range(2048, 2056)]
     assert r["tpot_s"] == pytest.approx(sum(rounds) / 8 / 3.3616, rel=1e-9)
     # TTFT: the 70B prefill plus the draft's prefill of the same 8 prompts.
-    pre = [e.prefill.evaluate({"B": 8, "N": 2048, "tp": 4})["step"]["time_s"] for e in (target, small)]
+    pre = [e.prefill.evaluate({"B": 8, "N": 2048, "tp": 4})["step"]["estimate_s"] for e in (target, small)]
     assert r["ttft_s"] == pytest.approx(sum(pre), rel=1e-12)
     assert r["e2e_s"] == r["ttft_s"] + 8 * r["tpot_s"]
     # Break-even: the acceptance whose tokens per round equal round cost / plain TPOT.
     spec = r["speculative"]
-    plain = sum(target.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["time_s"]
+    plain = sum(target.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["estimate_s"]
                 for n in range(2048, 2056)) / 8
     assert spec["plain_tpot_s"] == pytest.approx(plain, rel=1e-12)
     assert tokens_per_round(4, spec["breakeven_acceptance"]) == pytest.approx(

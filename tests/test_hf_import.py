@@ -277,3 +277,23 @@ def test_minimax_m2_lightning_layers_are_an_error() -> None:
     data = config("zai-org--GLM-4.5-Air") | {
         "model_type": "minimax_m2", "num_local_experts": 8, "attn_type_list": [0] * 46}
     assert "'attn_type_list'" in error_of(data)
+
+
+def test_minimax_m2_matches_the_published_totals(tmp_path: Path) -> None:
+    """MiniMax-M2: 62 full-attention layers, 48 q / 8 kv heads x 128, QK-norm over all
+    heads (6144 + 1024 weights), every MLP MoE: 256 experts top-8, expert ffn 1536,
+    router with a bias; vocab 200064 untied.
+      attention 3072*6144*2 + 3072*1024*2 = 44,040,192; norms 6,144 + 7,168
+      one expert 3*3072*1536 = 14,155,776; router 3072*256 + 256 = 786,688
+      layer 44,040,192 + 13,312 + 256*14,155,776 + 786,688 = 3,668,718,848
+      total 62 * 3,668,718,848 + 2*200064*3072 + 3072 = 228,689,764,864
+      active 62 * (44,040,192 + 13,312 + 8*14,155,776 + 786,688) + 1,229,196,288
+             = 62 * 158,086,400 + 1,229,196,288 = 11,030,553,088
+    MiniMax's "230B total, 10B active" are two-figure roundings: 228.69B lies in
+    [225, 235)B; active without the embedding table and LM head (1,229,193,216) is
+    9.80B, in [9.5, 10.5)B. The MTP modules (num_mtp_modules 3) are not modelled."""
+    p = totals(imported(tmp_path, "MiniMaxAI--MiniMax-M2"))
+    assert p["total"] == 228_689_764_864
+    assert p["active"] == 11_030_553_088
+    assert 225e9 <= p["total"] < 235e9
+    assert 9.5e9 <= p["active"] - 2 * 200064 * 3072 < 10.5e9

@@ -6,8 +6,9 @@ evaluated. A config becomes an `Arch` (dimensions, attention, experts, a per-lay
 and the number formats), and `render` lays that out like the shipped specs: params on
 top, one `repeat` per run of identical layers, groups, comments.
 
-Families: llama, mistral, qwen2, qwen3 (dense); mixtral, qwen3_moe, gpt_oss (MoE);
-deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization (compiler/hf_quant.py)
+Families: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text (dense); mixtral,
+qwen3_moe, gpt_oss, minimax_m2 (MoE); glm4_moe (dense first layers, MoE with a shared
+expert); deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization (compiler/hf_quant.py)
 is read from `quantization_config`, a ModelOpt `hf_quant_config.json` beside the config,
 or a GGUF type; one that is not understood is an error, never a silent bf16.
 """
@@ -24,9 +25,12 @@ from infest.compiler.hf_quant import Formats, formats
 from infest.dsl.errors import SpecError, fail
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
-            "kimi_k2", "gpt_oss")
-_MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"}
+            "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2", "gemma3_text")
+_MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "glm4_moe",
+                 "minimax_m2"}
 _MLA_FAMILIES = {"deepseek_v3", "kimi_k2"}
+# Gemma: a norm after attention and after the MLP too, tied embeddings by default.
+_GEMMA_FAMILIES = {"gemma2", "gemma3_text"}
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _GLU = {"silu": "silu_mul", "swish": "silu_mul", "gelu": "gelu_mul",
         "gelu_pytorch_tanh": "gelu_mul", "gelu_new": "gelu_mul"}
@@ -113,6 +117,7 @@ class Attention:
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False
+    qk_norm_whole: bool = False         # one norm over all heads' q (k), not per head
     sinks: bool = False
     window: int | None = None           # the sliding layers' window, if any
     mla: dict[str, int | None] | None = None  # q_lora_rank, kv_lora_rank, rope, nope, v
@@ -159,6 +164,8 @@ class Arch:
     plan: list[Layer]
     formats: Formats
     context: int | None = None          # trained context in tokens, if the config says
+    post_norms: bool = False            # Gemma: RMSNorm on attention and MLP outputs
+    notes: tuple[str, ...] = ()         # family-specific header lines (approximations)
 
 
 # ---- config -> Arch -------------------------------------------------------------------
@@ -211,6 +218,7 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
     and build its Arch."""
     cfg = Config(data, source)
     family = _family(cfg)
+    _check_unmodelled(cfg, family)
     hidden, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
     if layers > MAX_LAYERS:
         raise fail(None, f"{source}: config field 'num_hidden_layers' is {layers}, more than "
@@ -223,11 +231,13 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
                 family=family, architecture=_architecture(data), hidden=hidden,
                 layers=layers, vocab=cfg.int("vocab_size"),
                 ffn=cfg.int("intermediate_size") if needs_ffn else None,
-                glu=_glu(cfg), mlp_bias=cfg.flag("mlp_bias"),
-                tied=cfg.flag("tie_word_embeddings"),  # every family here defaults to untied
+                glu=_glu(cfg, family), mlp_bias=cfg.flag("mlp_bias"),
+                # transformers' defaults: Gemma ties the LM head to the embedding
+                tied=cfg.flag("tie_word_embeddings", family in _GEMMA_FAMILIES),
                 attention=_attention(cfg, family, hidden), experts=experts, plan=plan,
                 formats=formats(data, source, _base_dtype(cfg), layers, quant, gguf),
-                context=trained_context(cfg))
+                context=trained_context(cfg), post_norms=family in _GEMMA_FAMILIES,
+                notes=_family_notes(cfg, family))
 
 
 def trained_context(cfg: Config) -> int | None:
@@ -281,12 +291,53 @@ def identifier(text: str) -> str:
     return f"m_{name}" if name[0].isdigit() else name
 
 
-def _glu(cfg: Config) -> str:
-    act = cfg.str("hidden_act", "silu")
+def _glu(cfg: Config, family: str) -> str:
+    # Gemma's modelling code reads hidden_activation (gemma3 configs have only that one).
+    key = "hidden_activation" if family in _GEMMA_FAMILIES and \
+        cfg.data.get("hidden_activation") is not None else "hidden_act"
+    act = cfg.str(key, "silu")
     if act not in _GLU:
-        raise fail(None, f"{cfg.source}: config field 'hidden_act' is '{act}'",
+        raise fail(None, f"{cfg.source}: config field '{key}' is '{act}'",
                    f"import-hf knows gated MLPs with: {', '.join(_GLU)}")
     return _GLU[act]
+
+
+def _check_unmodelled(cfg: Config, family: str) -> None:
+    """Fields that would change the cost in a way import-hf does not model: an error
+    naming the field, never a silent drop."""
+    if family == "minimax_m2":
+        types = cfg.data.get("attn_type_list")
+        if types is not None and (not isinstance(types, list) or any(t != 1 for t in types)):
+            raise fail(None, f"{cfg.source}: config field 'attn_type_list' has layers that "
+                       "are not full attention (1)", "import-hf models MiniMax-M2's full "
+                       "attention only; lightning (linear) attention needs a recurrent mixer")
+        if cfg.count("shared_intermediate_size"):
+            raise fail(None, f"{cfg.source}: config field 'shared_intermediate_size' is "
+                       "not 0", "import-hf models MiniMax-M2 without a shared expert")
+        if cfg.data.get("qk_norm_type", "per_layer") != "per_layer":
+            raise fail(None, f"{cfg.source}: config field 'qk_norm_type' is "
+                       f"{json.dumps(cfg.data.get('qk_norm_type'))}", "known: per_layer")
+
+
+def _family_notes(cfg: Config, family: str) -> tuple[str, ...]:
+    """Header lines on what a family's import approximates."""
+    notes = []
+    caps = [k for k in ("attn_logit_softcapping", "final_logit_softcapping")
+            if cfg.data.get(k) is not None]
+    if caps:
+        notes.append(f"Soft-capping ({', '.join(caps)}) is not modelled: a tanh and two "
+                     "multiplies per logit, a few FLOPs per attention score / vocab entry.")
+    if family in _GEMMA_FAMILIES:
+        notes.append("Gemma norms: pre- and post-attention, pre- and post-MLP RMSNorms "
+                     "(1 + w scaling: same params); the sqrt(hidden) embedding scale is "
+                     "one multiply per element, not modelled.")
+    if family == "phi3":
+        notes.append("Phi-3 stores q/k/v as one qkv_proj and gate/up as one gate_up_proj: "
+                     "the same params as separate projections, written here as fused GEMMs.")
+    if cfg.count("num_nextn_predict_layers") or cfg.count("num_mtp_modules"):
+        notes.append("Multi-token-prediction layers (num_nextn_predict_layers / "
+                     "num_mtp_modules) are a speculative-decoding draft: not modelled.")
+    return tuple(notes)
 
 
 def _attention(cfg: Config, family: str, hidden: int) -> Attention:
@@ -298,10 +349,13 @@ def _attention(cfg: Config, family: str, hidden: int) -> Attention:
         raise fail(None, f"{cfg.source}: missing required config field 'head_dim'",
                    f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     bias = cfg.flag("attention_bias")
+    qk_norm = family in ("qwen3", "qwen3_moe", "gemma3_text") or \
+        (family in ("glm4_moe", "minimax_m2") and cfg.flag("use_qk_norm"))
     return Attention(heads=heads, kv_heads=cfg.int("num_key_value_heads", heads),
-                     head_dim=head_dim, qkv_bias=bias or family == "qwen2", o_bias=bias,
-                     qk_norm=family in ("qwen3", "qwen3_moe"), sinks=family == "gpt_oss",
-                     window=_window(cfg, family))
+                     head_dim=head_dim, qkv_bias=bias or family == "qwen2",
+                     o_bias=bias and family != "glm4_moe",  # GLM: o_proj never has a bias
+                     qk_norm=qk_norm, qk_norm_whole=family == "minimax_m2",
+                     sinks=family == "gpt_oss", window=_window(cfg, family))
 
 
 def _mla(cfg: Config, heads: int) -> Attention:
@@ -326,8 +380,11 @@ def _layer_types(cfg: Config, family: str, layers: int) -> list[bool]:
         return _checked_layer_types(cfg, types, layers, window)
     if window is None:
         return [False] * layers
-    if family == "gpt_oss":  # transformers' default: sliding, full, sliding, ...
+    if family in ("gpt_oss", "gemma2"):  # transformers' default: sliding, full, sliding, ...
         return [i % 2 == 0 for i in range(layers)]
+    if family == "gemma3_text":  # every sliding_window_pattern-th layer is global
+        pattern = cfg.int("sliding_window_pattern", 6)
+        return [(i + 1) % pattern != 0 for i in range(layers)]
     if family in ("qwen2", "qwen3", "qwen3_moe"):  # windowed from max_window_layers on
         first = cfg.count("max_window_layers", layers)
         return [i >= first for i in range(layers)]
@@ -358,6 +415,8 @@ def _moe_layers(cfg: Config, family: str, layers: int) -> list[bool]:
             return [False] * layers
         first, freq = cfg.count("first_k_dense_replace"), cfg.int("moe_layer_freq", 1)
         return [i >= first and i % freq == 0 for i in range(layers)]
+    if family == "glm4_moe":
+        return [i >= cfg.count("first_k_dense_replace") for i in range(layers)]
     if family == "qwen3_moe":
         dense, step = set(cfg.int_list("mlp_only_layers")), cfg.int("decoder_sparse_step", 1)
         return [i not in dense and (i + 1) % step == 0 for i in range(layers)]
@@ -376,6 +435,13 @@ def _experts(cfg: Config, family: str) -> Experts:
         return Experts(cfg.int("n_routed_experts"), cfg.int("num_experts_per_tok"), ffn,
                        shared_ffn=cfg.count("n_shared_experts") * ffn,
                        router_bias=cfg.data.get("topk_method") == "noaux_tc")
+    if family == "glm4_moe":  # sigmoid router with e_score_correction_bias, always
+        ffn = cfg.int("moe_intermediate_size")
+        return Experts(cfg.int("n_routed_experts"), cfg.int("num_experts_per_tok"), ffn,
+                       shared_ffn=cfg.count("n_shared_experts") * ffn, router_bias=True)
+    if family == "minimax_m2":
+        return Experts(cfg.int("num_local_experts"), cfg.int("num_experts_per_tok"),
+                       cfg.int("intermediate_size"), router_bias=cfg.flag("use_routing_bias"))
     if family == "qwen3_moe":
         return Experts(cfg.int("num_experts"), cfg.int("num_experts_per_tok"),
                        cfg.int("moe_intermediate_size"))
@@ -437,6 +503,7 @@ def _header(arch: Arch) -> list[str]:
         lines.append(f"Trained context {arch.context} tokens (max_position_embeddings, or "
                      "rope scaling original x factor when larger).")
     lines.append(_formats_note(arch))
+    lines += arch.notes
     lines.append("Rope, dropout and scaling factors do not change bytes or FLOPs here.")
     return [f"# {row}" for text in lines for row in textwrap.wrap(text, 86)]
 
@@ -601,6 +668,9 @@ def _attention_lines(arch: Arch, kind: Layer) -> list[str]:
     att = arch.attention
     lines = [_op("h = rmsnorm(x)", 2, group="norm")]
     lines += _mla_lines(arch) if att.mla is not None else _gqa_lines(arch, kind)
+    if arch.post_norms:
+        return lines + [_op("po = rmsnorm(o)", 2, group="norm",
+                            comment="post_attention_layernorm"), _op("x = add(x, po)", 2)]
     return lines + [_op("x = add(x, o)", 2)]
 
 
@@ -612,8 +682,10 @@ def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
              _op(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
              _op("fuse qkv { q, k, v }", 2, comment="one GEMM, concatenated weights")]
     if att.qk_norm:
-        lines += [_op("q = rmsnorm(q, dim=head_dim)", 2, comment="QK-norm: head_dim weights"),
-                  _op("k = rmsnorm(k, dim=head_dim)", 2),
+        dim, what = ("", "over all heads") if att.qk_norm_whole else \
+            (", dim=head_dim", "head_dim weights")
+        lines += [_op(f"q = rmsnorm(q{dim})", 2, comment=f"QK-norm: {what}"),
+                  _op(f"k = rmsnorm(k{dim})", 2),
                   _op("fuse qk_norm { q, k }", 2, comment="both QK-norms in one kernel")]
     extra = (", window=window" if kind.sliding else "") + (", sinks=1" if att.sinks else "")
     lines.append(_op(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
@@ -651,13 +723,25 @@ def _mla_lines(arch: Arch) -> list[str]:
 
 
 def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:
+    post = "po, " if arch.post_norms else ""
     lines = [_op("h = rmsnorm(x)", 2, group="norm"),
-             _op("fuse add_norm { x, h }", 2, comment="residual add + RMSNorm, one kernel")]
+             _op(f"fuse add_norm {{ {post}x, h }}", 2,
+                 comment=f"{'norm + ' if post else ''}residual add + RMSNorm, one kernel")]
     if not kind.moe:
         bias = ", bias=1" if arch.mlp_bias else ""
-        return lines + _glu_lines(arch, "ffn", bias + _kw(arch, "mlp"), 2, "mlp") + \
-            [_op("x = add(x, d)", 2)] + _glu_fusions(arch, "gate_up", "down_add", "d")
+        lines += _glu_lines(arch, "ffn", bias + _kw(arch, "mlp"), 2, "mlp")
+        if arch.post_norms:
+            return lines + _post_mlp_lines(arch)
+        return lines + [_op("x = add(x, d)", 2)] + _glu_fusions(arch, "gate_up", "down_add", "d")
     return lines + _moe_lines(arch)
+
+
+def _post_mlp_lines(arch: Arch) -> list[str]:
+    """Gemma's post_feedforward_layernorm before the residual add, fused with it."""
+    return [_op("pd = rmsnorm(d)", 2, group="norm", comment="post_feedforward_layernorm"),
+            _op("x = add(x, pd)", 2),
+            _glu_fusions(arch, "gate_up", "", "d")[0],
+            _op("fuse post_norm_add { pd, x }", 2, comment="RMSNorm + residual add, one kernel")]
 
 
 def _glu_fusions(arch: Arch, up: str, down: str, d: str, prefix: str = "",

@@ -195,3 +195,105 @@ def test_cli_error_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert main(["import-hf", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "missing required config field 'hidden_size'" in err and "Traceback" not in err
+
+
+# ---- families checked against the publishers' totals ---------------------------------------
+
+def totals(path: Path, point: dict | None = None) -> dict:
+    """params (total, active) of an imported spec, evaluated on h100_sxm."""
+    r = analyze(path, hw="h100_sxm").evaluate(point or {"B": 8, "N": 2048})
+    assert r["step"]["time_s"] > 0
+    return r["params"]
+
+
+def test_phi3_mini_matches_its_checkpoint(tmp_path: Path) -> None:
+    """Phi-3-mini-4k-instruct: hidden 3072, 32 layers, 32 q = kv heads x 96, ffn 8192,
+    vocab 32064, untied; qkv_proj and gate_up_proj fused, same params as separate:
+    32 * (4*3072^2 + 3*3072*8192 + 2*3072) + 2*32064*3072 + 3072 = 3,821,079,552,
+    the safetensors total (7,642,159,104 bytes / 2). The card's "3.8B" is a rounding:
+    3.8211B lies in its interval [3.75, 3.85)B."""
+    path = imported(tmp_path, "microsoft--Phi-3-mini-4k-instruct")
+    p = totals(path)
+    assert p["total"] == p["active"] == 3_821_079_552
+    assert 3.75e9 <= p["total"] < 3.85e9
+    # sliding_window 2047 on every layer: 2 (K, V) * 32 layers * 32 kv heads * 96 * 2 bytes
+    r = analyze(path, hw="h100_sxm").evaluate({"B": 1, "N": 4000})
+    assert r["memory"]["kv_bytes"] == 2 * 32 * 32 * 96 * 2 * 2047
+
+
+def test_glm45_air_matches_the_published_totals(tmp_path: Path) -> None:
+    """GLM-4.5-Air: 46 layers (the first dense, ffn 10944), 45 MoE (128 experts top-8,
+    expert ffn 1408, one shared expert, router with a score-correction bias); 96 q heads,
+    8 kv heads x 128 with q/k/v biases, no o bias; vocab 151552 untied.
+      attention 4096*12288*2 + 4096*1024*2 + 12288 + 2048 = 109,066,240; norms 8,192
+      dense MLP 3*4096*10944 = 134,479,872; one expert 3*4096*1408 = 17,301,504
+      MoE layer 109,066,240 + 8,192 + 129*17,301,504 + 4096*128 + 128 = 2,341,492,864
+      total 45 * 2,341,492,864 + 243,554,304 + 2*151552*4096 + 4096 = 106,852,251,264
+      active: MoE layer with 8 + 1 experts = 265,312,384;
+      45 * 265,312,384 + 243,554,304 + 1,241,513,984 + 4096 = 13,424,129,664
+    Zhipu's "106B total / 12B active" count without the embedding table and LM head
+    (2 * 151552 * 4096 = 1,241,513,984): 105.61B and 12.18B, inside the rounding
+    intervals [105.5, 106.5)B and [11.5, 12.5)B. The MTP layer is not modelled."""
+    p = totals(imported(tmp_path, "zai-org--GLM-4.5-Air"))
+    assert p["total"] == 106_852_251_264
+    assert p["active"] == 13_424_129_664
+    tables = 2 * 151552 * 4096
+    assert 105.5e9 <= p["total"] - tables < 106.5e9
+    assert 11.5e9 <= p["active"] - tables < 12.5e9
+
+
+def test_gemma2_9b_matches_its_checkpoint(tmp_path: Path) -> None:
+    """Gemma 2 9B: hidden 3584, 42 layers, 16 q / 8 kv heads x 256 (q 4096 wide), ffn
+    14336, vocab 256000, tied; four norms a layer:
+    42 * (3584*4096*2 + 3584*2048*2 + 3*3584*14336 + 4*3584) + 256000*3584 + 3584
+    = 9,241,705,984 = the safetensors index total_size 18,483,411,968 / 2 (the card's
+    "9B" is a size class). Even layers slide over 4096 tokens, odd ones see everything."""
+    path = imported(tmp_path, "google--gemma-2-9b")
+    p = totals(path)
+    assert p["total"] == p["active"] == 9_241_705_984
+    text = path.read_text()
+    assert "tied=1" in text and "attn_logit_softcapping" in text
+    r = analyze(path, hw="h100_sxm").evaluate({"B": 1, "N": 8000})
+    per_layer_token = 2 * 8 * 256 * 2  # K and V, 8 kv heads x 256, bf16: 8,192 bytes
+    # full layers hold N + T = 8001 tokens, sliding ones their window
+    assert r["memory"]["kv_bytes"] == per_layer_token * (21 * 4096 + 21 * 8001)
+
+
+def test_gemma3_1b_matches_its_checkpoint(tmp_path: Path) -> None:
+    """Gemma 3 1B (gemma3_text): hidden 1152, 26 layers, 4 q / 1 kv head x 256, QK-norm,
+    ffn 6912, vocab 262144, tied:
+    26 * (1152*1024*2 + 1152*256*2 + 2*256 + 3*1152*6912 + 4*1152) + 262144*1152 + 1152
+    = 999,885,952, the published safetensors total ("1B" on the card). Every 6th layer
+    (5, 11, 17, 23) is global, the other 22 slide over 512 tokens."""
+    path = imported(tmp_path, "google--gemma-3-1b-it")
+    p = totals(path)
+    assert p["total"] == p["active"] == 999_885_952
+    r = analyze(path, hw="h100_sxm").evaluate({"B": 1, "N": 8000})
+    per_layer_token = 2 * 1 * 256 * 2  # 1,024 bytes
+    assert r["memory"]["kv_bytes"] == per_layer_token * (22 * 512 + 4 * 8001)  # N + T
+
+
+def test_minimax_m2_lightning_layers_are_an_error() -> None:
+    data = config("zai-org--GLM-4.5-Air") | {
+        "model_type": "minimax_m2", "num_local_experts": 8, "attn_type_list": [0] * 46}
+    assert "'attn_type_list'" in error_of(data)
+
+
+def test_minimax_m2_matches_the_published_totals(tmp_path: Path) -> None:
+    """MiniMax-M2: 62 full-attention layers, 48 q / 8 kv heads x 128, QK-norm over all
+    heads (6144 + 1024 weights), every MLP MoE: 256 experts top-8, expert ffn 1536,
+    router with a bias; vocab 200064 untied.
+      attention 3072*6144*2 + 3072*1024*2 = 44,040,192; norms 6,144 + 7,168
+      one expert 3*3072*1536 = 14,155,776; router 3072*256 + 256 = 786,688
+      layer 44,040,192 + 13,312 + 256*14,155,776 + 786,688 = 3,668,718,848
+      total 62 * 3,668,718,848 + 2*200064*3072 + 3072 = 228,689,764,864
+      active 62 * (44,040,192 + 13,312 + 8*14,155,776 + 786,688) + 1,229,196,288
+             = 62 * 158,086,400 + 1,229,196,288 = 11,030,553,088
+    MiniMax's "230B total, 10B active" are two-figure roundings: 228.69B lies in
+    [225, 235)B; active without the embedding table and LM head (1,229,193,216) is
+    9.80B, in [9.5, 10.5)B. The MTP modules (num_mtp_modules 3) are not modelled."""
+    p = totals(imported(tmp_path, "MiniMaxAI--MiniMax-M2"))
+    assert p["total"] == 228_689_764_864
+    assert p["active"] == 11_030_553_088
+    assert 225e9 <= p["total"] < 235e9
+    assert 9.5e9 <= p["active"] - 2 * 200064 * 3072 < 10.5e9

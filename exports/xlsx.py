@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -25,8 +26,7 @@ from openpyxl.utils import get_column_letter
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.datavalidation import DataValidation
 
-from infest.compiler.evaluate import input_names
-from infest.compiler.hardware import field_doc
+from infest.compiler.hardware import field_doc, may_be_zero
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.symbols import BUILTIN_DOC, sym
@@ -38,15 +38,16 @@ if TYPE_CHECKING:
 INPUT_FONT = Font(color="0000FF")
 INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")
 HEADER_FONT = Font(bold=True)
+DERIVED_FONT = Font(color="808080", italic=True)  # computed, not to be edited
 OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
 NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not computing
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
-# Human units shown beside base units: dimension -> (divisor, unit).
-HUMAN = {"bytes": (1e9, "GB"), "bytes/s": (1e12, "TB/s"), "FLOP/s": (1e12, "TFLOP/s"),
-         "s": (1e-6, "us"), "FLOP": (1e9, "GFLOP")}
+# The unit an input is typed in: base dimension -> (base units per human unit, unit).
+HUMAN = {"bytes": (Fraction(10**9), "GB"), "bytes/s": (Fraction(10**12), "TB/s"),
+         "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us")}
 KEY_UNITS = {"flops": "FLOP", "kernels": "launches", "tokens_per_s": "tokens/s",
              "max_batch": "sequences", "max_context": "tokens", "fits": "", "bound": ""}
 
@@ -165,31 +166,72 @@ def _describe_input(b: _Builder, name: str) -> tuple[str, str, str]:
 
 def _inputs_sheet(b: _Builder) -> None:
     ws = b.wb["Inputs"]
-    ws.append(["input", "value", "unit", "human", "human unit", "description", "kind"])
-    validation = DataValidation(type="decimal", operator="greaterThan", formula1="0",
-                                showErrorMessage=True, error="Inputs must be positive numbers")
-    ws.add_data_validation(validation)
-    for row, (name, value, unit, doc, kind) in enumerate(_input_rows(b), start=2):
-        _input_row(b, ws, row, (name, value, unit, doc, kind))
-        validation.add(f"B{row}")
-    _style_header(ws, widths=[18, 20, 10, 12, 10, 48, 10])
+    ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind"])
+    rules = _validations(ws)
+    for row, item in enumerate(_input_rows(b), start=2):
+        _input_row(b, ws, row, item)
+        rules[_validation_kind(b, item)].add(f"B{row}")
+    _style_header(ws, widths=[18, 14, 10, 18, 10, 52, 10])
+
+
+def _validations(ws) -> dict[str, DataValidation]:
+    """Excel data validation per kind of input: whole or decimal, positive or >= 0."""
+    rules = {
+        "whole": DataValidation(type="whole", operator="greaterThan", formula1="0",
+                                error="a whole number, 1 or more"),
+        "positive": DataValidation(type="decimal", operator="greaterThan", formula1="0",
+                                   error="a positive number"),
+        "zero_ok": DataValidation(type="decimal", operator="greaterThanOrEqual", formula1="0",
+                                  error="0 or more (a latency may be 0)"),
+    }
+    for rule in rules.values():
+        rule.showErrorMessage, rule.errorTitle = True, "infest input"
+        ws.add_data_validation(rule)
+    return rules
+
+
+def _validation_kind(b: _Builder, item: tuple) -> str:
+    """Whole: batch, context, tokens, parallel degrees, counts and integral model params."""
+    name, value, unit, _doc, kind = item
+    if may_be_zero(name):
+        return "zero_ok"
+    if kind in ("builtin", "parallel") or unit in ("count", "sequences", "tokens"):
+        return "whole"
+    if kind == "model" and not unit and value.denominator == 1:
+        return "whole"
+    return "positive"
 
 
 def _input_row(b: _Builder, ws, row: int, item: tuple) -> None:
+    """The input in its human unit (the editable, named cell); beside it, for inputs
+    with a human unit, its base-unit value as a grey formula that the forms use."""
     name, value, unit, doc, kind = item
-    number = int(value) if value.denominator == 1 else float(value)
-    cell = ws.cell(row, 2, number)
-    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    scale, human_unit = HUMAN.get(unit, (Fraction(1), unit))
     ws.cell(row, 1, name)
-    ws.cell(row, 3, unit)
+    cell = ws.cell(row, 2, _number(value / scale))
+    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    cell.number_format = "General"
+    ws.cell(row, 3, human_unit)
     ws.cell(row, 6, doc)
     ws.cell(row, 7, kind)
     b.define(f"in_{name}", "Inputs", f"B{row}")
     b.names[sym(name)] = f"in_{name}"
     if unit in HUMAN:
-        divisor, human_unit = HUMAN[unit]
-        ws.cell(row, 4, f"=B{row}/{divisor:g}")
-        ws.cell(row, 5, human_unit)
+        base = ws.cell(row, 4, f"=in_{name}{_to_base(scale)}")
+        base.font, base.number_format = DERIVED_FONT, "0.000E+00"
+        ws.cell(row, 5, unit)
+        b.define(f"base_{name}", "Inputs", f"D{row}")
+        b.names[sym(name)] = f"base_{name}"
+
+
+def _number(value: Fraction) -> int | float:
+    return int(value) if value.denominator == 1 else float(value)
+
+
+def _to_base(scale: Fraction) -> str:
+    """`*1E12` or `/1E6`: a division by a power of ten gives the nearest double of the
+    base value (4 us / 1E6 is exactly the double 4e-6)."""
+    return f"*{float(scale):G}" if scale >= 1 else f"/{float(1 / scale):G}"
 
 
 def _style_header(ws, widths: list[int]) -> None:

@@ -51,7 +51,7 @@ def _no_error_cells(wb: openpyxl.Workbook) -> list:
 
 CASES = [
     ("llama3_1_8b.arch", "h100_sxm", "decode", {}),
-    ("llama3_1_8b.arch", "h100_sxm", "decode", {"B": 48, "N": 30000, "mem_bw": 2.5e12}),
+    ("llama3_1_8b.arch", "h100_sxm", "decode", {"B": 48, "N": 30000, "mem_bw": 2.5}),
     ("llama3_1_8b.arch", "h200_sxm", "prefill", {"B": 3, "N": 8192}),
     ("qwen3_30b_a3b.arch", "gh200", "decode", {"B": 64, "N": 16384, "top_k": 4}),
     # Layouts edited in the workbook: tp and pp (tp x pp = 16 > 8 per node: the network).
@@ -67,14 +67,32 @@ def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, 
                               edits: dict) -> None:
     analysis = analyze(MODELS / spec, hw=hw, phase=phase)
     wb = _recalculated(tmp_path, analysis, edits, soffice)
-    expected = analysis.evaluate(edits)
+    expected = analysis.evaluate(_base(edits))
+    _assert_outputs(wb, expected)
+    for name, value in expected["inputs"].items():
+        assert _cell(wb, f"in_{name}").value == pytest.approx(value / HUMAN.get(name, 1), rel=1e-12)
+        if name in HUMAN:  # the base-unit cell the formulas use
+            assert _cell(wb, f"base_{name}").value == pytest.approx(value, rel=1e-12)
+
+
+def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
+    """Every memory and step key equals eval's; no error cell anywhere."""
     assert _no_error_cells(wb) == []
     for section in ("memory", "step"):
         for key, want in expected[section].items():
             name = "out_step_kv_bytes" if (section, key) == ("step", "kv_bytes") else f"out_{key}"
             _assert_close(_cell(wb, name).value, want, key)
-    for name, value in expected["inputs"].items():
-        assert _cell(wb, f"in_{name}").value == pytest.approx(value, rel=1e-12)
+
+
+# Inputs typed in human units: base units per unit (TB/s, GB, us, TFLOP/s).
+HUMAN = {"mem_bw": 1e12, "link_bw": 1e12, "net_bw": 1e12, "host_bw": 1e12,
+         "mem_capacity": 1e9, "host_capacity": 1e9, "launch_overhead": 1e-6,
+         "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12}
+
+
+def _base(edits: dict) -> dict:
+    """Workbook edits (human units) as eval's --set values (base units)."""
+    return {k: v * HUMAN.get(k, 1) for k, v in edits.items()}
 
 
 def test_sweep_cells_equal_eval(tmp_path: Path, soffice: str) -> None:
@@ -119,9 +137,9 @@ def test_graphs_engine_workbook_keeps_launch_overhead_a_live_input(tmp_path: Pat
     # --engine graphs: fused kernels (227 for Llama 3.1 8B), launch_overhead 1.5 us by
     # default; a planner sets 1 us and LibreOffice gives eval's numbers at that value.
     analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="graphs")
-    edits = {"launch_overhead": 1e-6, "B": 4}
+    edits = {"launch_overhead": 1, "B": 4}  # 1 us
     wb = _recalculated(tmp_path, analysis, edits, soffice)
-    expected = analysis.evaluate(edits)
+    expected = analysis.evaluate(_base(edits))
     assert _no_error_cells(wb) == []
     assert _cell(wb, "out_kernels").value == 227
     assert _cell(wb, "out_t_launch_s").value == pytest.approx(227 * 1e-6)  # 227 us

@@ -31,6 +31,7 @@ from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.symbols import BUILTIN_DOC, sym
 from infest.exports.excel_printer import excel_formula, excel_formula_split
+from infest.exports.xlsx_names import Namer
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -299,44 +300,46 @@ def _op_bound_formula(c: dict[str, str]) -> str:
 
 # ---- Summary --------------------------------------------------------------------
 
+def _summary_rows(b: _Builder) -> list[tuple[str, str, sympy.Basic]]:
+    """(section, key, form) of every Summary row: params (total, active, per group),
+    memory, step and the binding ceilings."""
+    forms = b.analysis.forms
+    rows = [("params", k, forms.params[k]) for k in ("total", "active")]
+    rows += [("params", f"group.{g}", e) for g, e in forms.groups.items()]
+    rows += [("memory", k, forms.memory[k]) for k in MEMORY_KEYS]
+    rows += [("step", k, forms.step[k]) for k in STEP_KEYS]
+    return rows + [("bound", k, forms.bound_terms[k]) for k in BOUND_TERMS]
+
+
 def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
     ws = b.wb["Summary"]
     ws.append(["key", "value", "unit", "human", "human unit", "also", "note"])
-    forms = b.analysis.forms
-    rows = [("params", k, forms.params[k]) for k in ("total", "active")]
-    rows += [("memory", k, forms.memory[k]) for k in MEMORY_KEYS]
-    rows += [("step", k, forms.step[k]) for k in STEP_KEYS]
-    rows += [("bound", k, forms.bound_terms[k]) for k in BOUND_TERMS]
-    where = {}
+    rows = _summary_rows(b)
+    namer = Namer.of([(expr, _name_of(section, key)) for section, key, expr in rows])
     for row, (section, key, expr) in enumerate(rows, start=2):
-        where[(section, key)] = row
-    for (section, key, expr) in rows:
-        row = where[(section, key)]
         ws.cell(row, 1, f"{section}.{key}")
-        text = _summary_formula(b, section, key, expr, ops_rows, where)
+        b.define(_name_of(section, key), "Summary", f"B{row}")
+        text = _summary_formula(b, namer, (section, key, expr), ops_rows)
         _set_formula(ws.cell(row, 2), text, expr)
         _summary_units(ws, row, section, key)
-    _bound_row(b, ws, len(rows) + 2, where)
+    _bound_row(b, ws, len(rows) + 2, {(s, k): r for r, (s, k, _) in enumerate(rows, start=2)})
     _style_header(ws, widths=[26, 22, 10, 14, 10, 14, 52])
 
 
-def _summary_formula(b: _Builder, section: str, key: str, expr: sympy.Basic,
-                     ops_rows: tuple[int, int], where: dict) -> str:
-    """Step totals sum the Ops sheet (count x per-op cell); the rest print their form."""
-    row = where[(section, key)]
-    b.define(_name_of(section, key), "Summary", f"B{row}")
+def _summary_formula(b: _Builder, namer: Namer, row: tuple[str, str, sympy.Basic],
+                     ops_rows: tuple[int, int]) -> str:
+    """Step totals sum the Ops sheet (count x per-op cell); the rest print their form,
+    with the parts that are other Summary cells written as those cells' names."""
+    section, key, expr = row
     first, last = ops_rows
     column = _op_letters().get(key) if section == "step" and key in _OPS_SUMMED else None
     if column:
         return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
-    if section == "step" and key == "tokens_per_s":
-        tokens = sym("B") * (sym("T") if b.analysis.forms.phase == "decode" else sym("N"))
-        return f"={excel_formula_split(tokens, b.names, b._helper)}/out_roofline_s"
-    if section == "memory" and key == "fits":
-        return "=out_total_bytes<=out_capacity_bytes"
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
         return UNBOUNDED_TEXT
-    return b.formula(expr)
+    readable = namer.rewrite(expr, _name_of(section, key))
+    b.names.update(namer.symbols)  # helper cells print the stand-ins too
+    return b.formula(readable)
 
 
 UNBOUNDED_TEXT = "unbounded (KV cache does not grow)"
@@ -348,6 +351,8 @@ def _name_of(section: str, key: str) -> str:
     the traffic `out_step_kv_bytes`."""
     if section == "step" and key == "kv_bytes":
         return "out_step_kv_bytes"
+    if section == "params" and key.startswith("group."):
+        return "params_group_" + key[len("group."):]
     return {"memory": "out_", "step": "out_", "params": "params_", "bound": "bound_"}[section] + key
 
 

@@ -10,6 +10,7 @@ spreadsheet engine gives the numbers `infest eval` gives for those inputs.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -21,7 +22,7 @@ from openpyxl import Workbook
 from openpyxl.chart import Reference, ScatterChart, Series
 from openpyxl.comments import Comment
 from openpyxl.formatting.rule import FormulaRule
-from openpyxl.styles import Font, PatternFill
+from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.datavalidation import DataValidation
@@ -30,6 +31,7 @@ from infest.compiler.hardware import field_doc, may_be_zero
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.symbols import BUILTIN_DOC, sym
+from infest.dsl.errors import SpecError
 from infest.exports.excel_printer import excel_formula, excel_formula_split
 from infest.exports.xlsx_names import Namer
 
@@ -41,6 +43,9 @@ INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")
 HEADER_FONT = Font(bold=True)
 DERIVED_FONT = Font(color="808080", italic=True)  # computed, not to be edited
 OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
+OOM_FONT = Font(color="808080", strike=True)
+UNFIT_FILL = PatternFill("solid", fgColor="FFC7CE")  # Excel's own "bad" red
+UNFIT_FONT = Font(color="9C0006", bold=True)
 NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not computing
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -82,6 +87,7 @@ class _Builder:
     wb: Workbook = field(default_factory=Workbook)
     names: dict[sympy.Symbol, str] = field(default_factory=dict)
     helpers: dict[sympy.Basic, str] = field(default_factory=dict)
+    namer: Namer = field(default_factory=Namer)
 
     def define(self, name: str, sheet: str, cell: str) -> None:
         """A workbook-scoped defined name for one cell."""
@@ -117,15 +123,17 @@ def _set_formula(cell, text: str, expr: sympy.Basic | str) -> None:
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any]) -> Path:
     """Write the workbook for an analysis (hardware required) at the given inputs."""
     b = _Builder(analysis, overrides)
-    first = b.wb.active
-    first.title = "Inputs"
-    for title in ("Summary", "Ops", "Sweep", "Charts", "Helpers"):
+    b.wb.active.title = "How to use"
+    for title in ("Inputs", "Summary", "Ops", "Sweep", "Charts", "Helpers"):
         b.wb.create_sheet(title)
+    _how_to_sheet(b)
     _inputs_sheet(b)
     ops_rows = _ops_sheet(b)
     _summary_sheet(b, ops_rows)
     _sweep_sheet(b)
     _charts_sheet(b)
+    if not b.helpers:  # no formula needed splitting: no empty sheet
+        del b.wb["Helpers"]
     for ws in b.wb.worksheets:  # print (and render) each table one page wide
         if ws.title == "Charts":
             continue
@@ -135,6 +143,42 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     path = Path(path)
     b.wb.save(path)
     return path
+
+
+# ---- How to use -----------------------------------------------------------------
+
+HOW_TO = [
+    ("What to edit", "Only blue cells on yellow: the Inputs sheet's value column (in the unit "
+     "beside it: TB/s, GB, us, TFLOP/s, tokens, sequences) and the Sweep sheet's B and N "
+     "headers. Everything else is a formula; recalculate after editing."),
+    ("Inputs", "in_<name> is the cell you type (human unit); base_<name> beside it is the "
+     "same value in base units (bytes, bytes/s, s, FLOP/s) that the formulas use."),
+    ("Summary", "out_<key>: every memory and step key of `infest eval --json`, in base "
+     "units, with GB / ms beside. params.group.* are the parameter subtotals per group."),
+    ("Hard bounds", "step.roofline_s (datasheet peaks, perfect overlap, no launch cost) and "
+     "step.tokens_per_s = tokens / roofline_s: no engine beats them."),
+    ("Estimate", "step.time_s adds the launch floor: launch_overhead per kernel, an "
+     "assumption about the engine (CUDA graphs and fusion beat it)."),
+    ("Does not fit", "memory.fits FALSE turns the Summary's fits and throughput rows red: "
+     "that batch and context do not fit in memory, so the point is not achievable. On the "
+     "Sweep sheet such cells are grey and struck through; the charts leave them out."),
+    ("Ops", "A row per op: per-instance costs and time terms; count x the row gives the "
+     "step's share. bound names the largest term."),
+    ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
+     "from the chart-data grids (points that fit only)."),
+]
+
+
+def _how_to_sheet(b: _Builder) -> None:
+    ws = b.wb["How to use"]
+    ws.cell(1, 1, f"{b.analysis.model.name} on {b.analysis.hardware.name}: a live workbook "
+                  f"({b.analysis.forms.phase})").font = Font(bold=True, size=13)
+    for row, (topic, text) in enumerate(HOW_TO, start=3):
+        ws.cell(row, 1, topic).font = HEADER_FONT
+        ws.cell(row, 2, text).alignment = Alignment(wrap_text=True, vertical="top")
+        ws.cell(row, 1).alignment = Alignment(vertical="top")
+    ws.column_dimensions["A"].width = 16
+    ws.column_dimensions["B"].width = 100
 
 
 # ---- Inputs ---------------------------------------------------------------------
@@ -259,7 +303,8 @@ def _op_letters() -> dict[str, str]:
 def _ops_sheet(b: _Builder) -> tuple[int, int]:
     """A row per op; returns the (first, last) data rows for the Summary's sums."""
     ws = b.wb["Ops"]
-    ws.append(["op", "kind", "group"] + OP_COLUMNS + OP_DERIVED)
+    keys = OP_COLUMNS + OP_DERIVED
+    ws.append(["op", "kind", "group"] + [_op_header(k) for k in keys])
     for row, (node, forms) in enumerate(zip(b.analysis.model.ops, b.analysis.forms.ops), start=2):
         ws.cell(row, 1, node.name)
         ws.cell(row, 2, node.kind)
@@ -267,8 +312,36 @@ def _ops_sheet(b: _Builder) -> tuple[int, int]:
         for col, key in enumerate(OP_COLUMNS, start=_FIRST_COL):
             _set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
         _op_derived(ws, row)
-    _style_header(ws, widths=[16, 10, 12] + [14] * (len(OP_COLUMNS) + len(OP_DERIVED)))
+        for col, key in enumerate(keys, start=_FIRST_COL):
+            ws.cell(row, col).number_format = _op_format(key)
+    names = [len(n.name) for n in b.analysis.model.ops] + [4]
+    _style_header(ws, widths=[max(names) + 2, 12, 14] + [14] * len(keys))
+    for col in range(_FIRST_COL, _FIRST_COL + len(keys)):  # numbers sit right: so do their headers
+        ws.cell(1, col).alignment = Alignment(horizontal="right", vertical="bottom", wrap_text=True)
+    ws.row_dimensions[1].height = 30
     return 2, 1 + len(b.analysis.model.ops)
+
+
+def _op_unit(key: str) -> str:
+    """Base unit of an Ops column."""
+    return {"count": "", "intensity FLOP/byte": "", "time x count": "s", "bound": "",
+            "time_s": "s", "roofline_s": "s"}.get(key, unit_of(key))
+
+
+def _op_header(key: str) -> str:
+    """Column header with its unit on a second line."""
+    unit = _op_unit(key)
+    return f"{key}\n({unit})" if unit else key
+
+
+def _op_format(key: str) -> str:
+    """Engineering notation (exponents in steps of 3: 1.23E+9 bytes = 1.23 GB) for
+    sizes and times, whole counts, one decimal for intensity."""
+    if key in ("count", "kernels"):
+        return "#,##0"
+    if key == "intensity FLOP/byte":
+        return "#,##0.0"
+    return "General" if key == "bound" else "##0.00E+0"
 
 
 def _op_derived(ws, row: int) -> None:
@@ -315,15 +388,33 @@ def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
     ws = b.wb["Summary"]
     ws.append(["key", "value", "unit", "human", "human unit", "also", "note"])
     rows = _summary_rows(b)
-    namer = Namer.of([(expr, _name_of(section, key)) for section, key, expr in rows])
+    namer = b.namer = Namer.of([(expr, _name_of(section, key)) for section, key, expr in rows])
     for row, (section, key, expr) in enumerate(rows, start=2):
         ws.cell(row, 1, f"{section}.{key}")
         b.define(_name_of(section, key), "Summary", f"B{row}")
         text = _summary_formula(b, namer, (section, key, expr), ops_rows)
         _set_formula(ws.cell(row, 2), text, expr)
         _summary_units(ws, row, section, key)
-    _bound_row(b, ws, len(rows) + 2, {(s, k): r for r, (s, k, _) in enumerate(rows, start=2)})
-    _style_header(ws, widths=[26, 22, 10, 14, 10, 14, 52])
+    where = {(s, k): r for r, (s, k, _) in enumerate(rows, start=2)}
+    _bound_row(b, ws, len(rows) + 2, where)
+    _mark_summary_unfit(ws, where)
+    _style_header(ws, widths=[30, 22, 10, 14, 10, 38, 60])
+
+
+# Rows that turn red when the point does not fit: it is not achievable.
+_UNFIT_ROWS = [("memory", "fits"), ("step", "tokens_per_s"), ("step", "roofline_s"),
+               ("step", "time_s")]
+
+
+def _mark_summary_unfit(ws, where: dict) -> None:
+    """Red fits and throughput rows, and words saying why, when out_fits is FALSE."""
+    for section, key in _UNFIT_ROWS:
+        row = where[(section, key)]
+        ws.conditional_formatting.add(f"A{row}:F{row}", FormulaRule(
+            formula=["NOT(out_fits)"], fill=UNFIT_FILL, font=UNFIT_FONT))
+    ws.cell(where[("step", "tokens_per_s")], 6,
+            '=IF(out_fits,"","NOT ACHIEVABLE: does not fit in memory")')
+    ws.cell(where[("memory", "fits")], 6, '=IF(out_fits,"fits","DOES NOT FIT in memory")')
 
 
 def _summary_formula(b: _Builder, namer: Namer, row: tuple[str, str, sympy.Basic],
@@ -337,6 +428,9 @@ def _summary_formula(b: _Builder, namer: Namer, row: tuple[str, str, sympy.Basic
         return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
         return UNBOUNDED_TEXT
+    groups = b.analysis.forms.groups
+    if (section, key) == ("params", "total") and groups and sympy.Add(*groups.values()) == expr:
+        return "=" + "+".join(_name_of("params", f"group.{g}") for g in groups)
     readable = namer.rewrite(expr, _name_of(section, key))
     b.names.update(namer.symbols)  # helper cells print the stand-ins too
     return b.formula(readable)
@@ -414,41 +508,72 @@ class _Grid:
     top: int  # row of the N header
 
 
+_HEIGHT = len(SWEEP_B) + 3  # title, N header, a row per B, a blank row
+
+
 def _grids() -> list[_Grid]:
-    height = len(SWEEP_B) + 3
-    return [_Grid("tokens/s (upper bound)", "tokens_per_s", 2),
-            _Grid("step time with launch floor (s)", "time_s", 2 + height)]
+    """Value grids, the fits grid, then the charts' grids (values where they fit)."""
+    titles = [("tokens/s (upper bound)", "tokens_per_s"),
+              ("step time with launch floor (s)", "time_s"),
+              ("fits in memory", "fits"),
+              ("chart data: tokens/s where it fits (#N/A: does not fit)", "chart.tokens_per_s"),
+              ("chart data: step time where it fits (#N/A: does not fit)", "chart.time_s")]
+    return [_Grid(title, key, 2 + i * _HEIGHT) for i, (title, key) in enumerate(titles)]
 
 
 def _sweep_sheet(b: _Builder) -> None:
     ws = b.wb["Sweep"]
-    ws.cell(1, 1, "B down, N across; other inputs from the Inputs sheet. "
-                  "Grey cells do not fit in memory. Edit the blue headers freely.")
-    for grid in _grids():
-        _grid(b, ws, grid)
+    ws.cell(1, 1, "B down, N across; other inputs from the Inputs sheet. Grey cells do not "
+                  "fit in memory: not achievable. Edit the blue headers of the first grid.")
+    grids = {g.key: g for g in _grids()}
+    for grid in grids.values():
+        _grid_frame(ws, grid, grids["tokens_per_s"])
+    for key in ("tokens_per_s", "time_s"):
+        _value_grid(b, ws, grids[key], b.analysis.forms.step[key])
+        _mark_unfit(ws, grids[key], grids["fits"])
+    _value_grid(b, ws, grids["fits"], b.analysis.forms.memory["fits"])
+    for key in ("tokens_per_s", "time_s"):
+        _chart_grid(ws, grids["chart." + key], grids[key], grids["fits"])
     ws.column_dimensions["A"].width = 12
     for col in range(2, len(SWEEP_N) + 2):
         ws.column_dimensions[get_column_letter(col)].width = 14
 
 
-def _grid(b: _Builder, ws, grid: _Grid) -> None:
+def _grid_frame(ws, grid: _Grid, first: _Grid) -> None:
+    """Title and headers; grids below the first repeat its (editable) headers."""
     ws.cell(grid.top, 1, grid.title).font = HEADER_FONT
     for j, n in enumerate(SWEEP_N, start=2):
-        _header(ws.cell(grid.top + 1, j, n))
-    expr = b.analysis.forms.step[grid.key]
-    number_format = "#,##0.0" if grid.key == "tokens_per_s" else "0.000E+00"
-    over = b.analysis.forms.memory["total_bytes"] - b.analysis.forms.memory["capacity_bytes"]
+        cell = ws.cell(grid.top + 1, j)
+        if grid is first:
+            cell.value = n
+            _header(cell)
+        else:
+            cell.value, cell.font = f"={get_column_letter(j)}{first.top + 1}", DERIVED_FONT
     for i, batch in enumerate(SWEEP_B):
-        row = grid.top + 2 + i
-        _header(ws.cell(row, 1, batch))
-        for j in range(2, len(SWEEP_N) + 2):
-            _sweep_cell(b, ws, row, j, grid, expr)
-            ws.cell(row, j).number_format = number_format
-    _mark_oom(b, ws, grid, over)
+        cell = ws.cell(grid.top + 2 + i, 1)
+        if grid is first:
+            cell.value = batch
+            _header(cell)
+        else:
+            cell.value, cell.font = f"=A{first.top + 2 + i}", DERIVED_FONT
 
 
 def _header(cell) -> None:
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+
+
+def _value_grid(b: _Builder, ws, grid: _Grid, expr: sympy.Basic) -> None:
+    """The form over each cell's own B and N headers."""
+    readable = b.namer.rewrite(expr, free_of=frozenset({sym("B"), sym("N")}))
+    b.names.update(b.namer.symbols)
+    number_format = _GRID_FORMATS.get(grid.key, "General")
+    for i in range(len(SWEEP_B)):
+        for j in range(2, len(SWEEP_N) + 2):
+            _sweep_cell(b, ws, grid.top + 2 + i, j, grid, (readable, expr))
+            ws.cell(grid.top + 2 + i, j).number_format = number_format
+
+
+_GRID_FORMATS = {"tokens_per_s": "#,##0.0", "time_s": "##0.000E+0"}
 
 
 def _cell_names(b: _Builder, row: int, col: int, header_row: int) -> dict:
@@ -459,7 +584,8 @@ def _cell_names(b: _Builder, row: int, col: int, header_row: int) -> dict:
     return names
 
 
-def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, expr: sympy.Basic) -> None:
+def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, forms: tuple) -> None:
+    readable, expr = forms
     names = _cell_names(b, row, col, grid.top + 1)
     hoisted: dict[sympy.Basic, str] = {}
 
@@ -473,47 +599,81 @@ def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, expr: sympy.Ba
             mirror.cell(row, col, "=" + excel_formula_split(sub, names, allocate))
         return hoisted[sub]
 
-    _set_formula(ws.cell(row, col), "=" + excel_formula_split(expr, names, allocate), expr)
+    _set_formula(ws.cell(row, col), "=" + excel_formula_split(readable, names, allocate), expr)
 
 
-def _mark_oom(b: _Builder, ws, grid: _Grid, over: sympy.Basic) -> None:
-    """Conditional format: grey where weights + KV exceed the capacity."""
-    first_row, col = grid.top + 2, 2
-    # Not split: a hoisted part would sit in one fixed cell, but the rule is relative.
-    rule_text = excel_formula(over, _cell_names(b, first_row, col, grid.top + 1))
-    rule_text = rule_text.replace("Sweep!", "")
+def _mark_unfit(ws, grid: _Grid, fits: _Grid) -> None:
+    """Conditional format: grey where the fits grid says the point does not fit."""
+    first_row = grid.top + 2
     last = f"{get_column_letter(len(SWEEP_N) + 1)}{first_row + len(SWEEP_B) - 1}"
-    ws.conditional_formatting.add(f"B{first_row}:{last}",
-                                  FormulaRule(formula=[f"({rule_text})>0"], fill=OOM_FILL))
+    ws.conditional_formatting.add(f"B{first_row}:{last}", FormulaRule(
+        formula=[f"NOT(B{fits.top + 2})"], fill=OOM_FILL, font=OOM_FONT))
+
+
+def _chart_grid(ws, grid: _Grid, values: _Grid, fits: _Grid) -> None:
+    """Values where they fit, #N/A elsewhere: charts leave those points out."""
+    for i in range(len(SWEEP_B)):
+        for j in range(2, len(SWEEP_N) + 2):
+            col = get_column_letter(j)
+            ws.cell(grid.top + 2 + i, j, f"=IF({col}{fits.top + 2 + i},"
+                                         f"{col}{values.top + 2 + i},NA())")
+            ws.cell(grid.top + 2 + i, j).number_format = _GRID_FORMATS[values.key]
 
 
 def _charts_sheet(b: _Builder) -> None:
     ws = b.wb["Charts"]
     sweep = b.wb["Sweep"]
-    tokens, time = _grids()
-    ws.add_chart(_by_batch_chart(b, sweep, tokens), "A1")
-    ws.add_chart(_by_context_chart(b, sweep, time), "A20")
+    grids = {g.key: g for g in _grids()}
+    ranges = _chart_ranges(b)
+    ws.add_chart(_by_batch_chart(b, sweep, grids["chart.tokens_per_s"], ranges["tokens_per_s"]), "A1")
+    ws.add_chart(_by_context_chart(b, sweep, grids["chart.time_s"], ranges["time_s"]), "A20")
 
 
-def _titled(chart: ScatterChart, title: str, x: str, y: str) -> ScatterChart:
-    """Log-log axes (batch and context span decades), legend below the plot."""
+def _chart_ranges(b: _Builder) -> dict[str, tuple[float, float]]:
+    """Powers of ten around the values of the points that fit (at the write-time inputs),
+    so the charts' log axes span the data, not default decades."""
+    seen: dict[str, list[float]] = {"tokens_per_s": [], "time_s": []}
+    for batch in SWEEP_B:
+        for n in SWEEP_N:
+            try:
+                values = b.analysis.evaluate({**b.overrides, "B": batch, "N": n})
+            except SpecError:
+                continue  # a point eval refuses (past the trained context) draws nothing
+            if values["memory"]["fits"]:
+                for key in seen:
+                    seen[key].append(float(values["step"][key]))
+    return {key: _decades(v) for key, v in seen.items()}
+
+
+def _decades(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return 1.0, 10.0
+    lo, hi = min(values), max(values)
+    return 10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi) + 1e-12)
+
+
+def _titled(chart: ScatterChart, title: str, x: str, y: str,
+            xrange: tuple[float, float], yrange: tuple[float, float]) -> ScatterChart:
+    """Log-log axes fitted to the data, legend on the right."""
     chart.title, chart.x_axis.title, chart.y_axis.title = title, x, y
-    chart.height, chart.width = 9, 16
-    chart.x_axis.scaling.logBase = 10
-    chart.y_axis.scaling.logBase = 10
-    chart.x_axis.delete = chart.y_axis.delete = False
-    chart.legend.position = "b"
-    chart.x_axis.number_format = chart.y_axis.number_format = "General"
+    chart.height, chart.width = 9, 18
+    for axis, (lo, hi) in ((chart.x_axis, xrange), (chart.y_axis, yrange)):
+        axis.scaling.logBase = 10
+        axis.scaling.min, axis.scaling.max = lo, hi
+        axis.delete = False
+        axis.number_format = "General"
+    chart.legend.position = "r"
     return chart
 
 
-def _by_batch_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
-    """tokens/s against batch, one series per context."""
-    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: tokens/s vs batch",
-                    "batch B (sequences)", "tokens/s (upper bound)")
+def _by_batch_chart(b: _Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
+    """tokens/s against batch, one series per context (points that fit only)."""
+    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: tokens/s vs batch (fits only)",
+                    "batch B (sequences)", "tokens/s (upper bound)",
+                    (SWEEP_B[0], SWEEP_B[-1]), yrange)
     first, last = grid.top + 2, grid.top + 1 + len(SWEEP_B)
     xs = Reference(sweep, min_col=1, min_row=first, max_row=last)
-    for col in range(2, len(SWEEP_N) + 2, 2):
+    for col in range(2, len(SWEEP_N) + 2):
         ys = Reference(sweep, min_col=col, min_row=first, max_row=last)
         series = Series(ys, xs, title=f"N = {SWEEP_N[col - 2]}")
         series.marker.symbol = "circle"
@@ -521,13 +681,14 @@ def _by_batch_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
     return chart
 
 
-def _by_context_chart(b: _Builder, sweep, grid: _Grid) -> ScatterChart:
-    """step time against context, one series per batch size."""
-    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context",
-                    "context N (tokens)", "step time with launch floor (s)")
+def _by_context_chart(b: _Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
+    """step time against context, one series per batch size (points that fit only)."""
+    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context (fits only)",
+                    "context N (tokens)", "step time with launch floor (s)",
+                    (SWEEP_N[0], SWEEP_N[-1]), yrange)
     header = grid.top + 1
     xs = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=header)
-    for i in range(0, len(SWEEP_B), 2):
+    for i in range(len(SWEEP_B)):
         row = grid.top + 2 + i
         ys = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=row)
         series = Series(ys, xs, title=f"B = {SWEEP_B[i]}")

@@ -38,11 +38,14 @@ class Namer:
         namer._rank = {n: r for r, (_, n) in enumerate(namer.ranked)}
         return namer
 
-    def rewrite(self, expr: sympy.Basic, name: str | None = None) -> sympy.Basic:
+    def rewrite(self, expr: sympy.Basic, name: str | None = None,
+                free_of: frozenset[sympy.Symbol] = frozenset()) -> sympy.Basic:
         """`expr` with named parts replaced by stand-in symbols (see `symbols`); `name`:
-        the cell being written, which may only use names ranked below it."""
+        the cell being written, which may only use names ranked below it; `free_of`:
+        symbols the cell binds to other cells (a Sweep cell's B and N), so named parts
+        that use them are not this cell's."""
         limit = self._rank.get(name, len(self.ranked)) if name else len(self.ranked)
-        allowed = self.ranked[:limit]
+        allowed = [(e, n) for e, n in self.ranked[:limit] if not e.free_symbols & free_of]
         if not allowed:
             return expr
         return _Rewriter(self, allowed).visit(expr)

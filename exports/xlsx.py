@@ -30,6 +30,7 @@ from openpyxl.worksheet.datavalidation import DataValidation
 from infest.compiler.hardware import field_doc, may_be_zero
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
+from infest.compiler.ops import KV_ELEM_NAME
 from infest.compiler.symbols import BUILTIN_DOC, sym
 from infest.dsl.errors import SpecError
 from infest.exports.excel_printer import excel_formula, excel_formula_split
@@ -134,11 +135,9 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     _charts_sheet(b)
     if not b.helpers:  # no formula needed splitting: no empty sheet
         del b.wb["Helpers"]
-    for ws in b.wb.worksheets:  # print (and render) each table one page wide
-        if ws.title == "Charts":
-            continue
+    for ws in b.wb.worksheets:  # print (and render) each sheet on one landscape page
         ws.sheet_properties.pageSetUpPr.fitToPage = True
-        ws.page_setup.orientation, ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = "landscape", 1, 0
+        ws.page_setup.orientation, ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = "landscape", 1, 1
     b.wb.calculation.fullCalcOnLoad = True  # no cached values: engines must compute
     path = Path(path)
     b.wb.save(path)
@@ -151,6 +150,9 @@ HOW_TO = [
     ("What to edit", "Only blue cells on yellow: the Inputs sheet's value column (in the unit "
      "beside it: TB/s, GB, us, TFLOP/s, tokens, sequences) and the Sweep sheet's B and N "
      "headers. Everything else is a formula; recalculate after editing."),
+    ("Number formats", "kv_bytes_per_elem (Inputs) is the KV cache's bytes per element: "
+     "2 for bf16, 1 for fp8 (the cache halves, max_batch about doubles). Weight and "
+     "activation bytes follow the spec's dtypes."),
     ("Inputs", "in_<name> is the cell you type (human unit); base_<name> beside it is the "
      "same value in base units (bytes, bytes/s, s, FLOP/s) that the formulas use."),
     ("Summary", "out_<key>: every memory and step key of `infest eval --json`, in base "
@@ -201,6 +203,8 @@ def _describe_input(b: _Builder, name: str) -> tuple[str, str, str]:
     if name in BUILTIN_DOC:
         return ("sequences" if name == "B" else "tokens"), BUILTIN_DOC[name], "builtin"
     params = b.analysis.model.params
+    if name == KV_ELEM_NAME:
+        return "bytes/elem", "KV cache bytes per element: bf16 2, fp8 1, fp4 0.5", "model"
     if name in params:
         return params[name].dimension or "", f"model param of {b.analysis.model.name}", "model"
     hw = b.analysis.hardware
@@ -240,6 +244,8 @@ def _validation_kind(b: _Builder, item: tuple) -> str:
     name, value, unit, _doc, kind = item
     if may_be_zero(name):
         return "zero_ok"
+    if name == KV_ELEM_NAME:  # 0.5 is a 4-bit cache
+        return "positive"
     if kind in ("builtin", "parallel") or unit in ("count", "sequences", "tokens"):
         return "whole"
     if kind == "model" and not unit and value.denominator == 1:

@@ -28,6 +28,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.hardware import field_doc, may_be_zero
+from infest.compiler.keys import PARALLEL
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.ops import KV_ELEM_NAME
@@ -57,6 +58,9 @@ HUMAN = {"bytes": (Fraction(10**9), "GB"), "bytes/s": (Fraction(10**12), "TB/s")
          "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us")}
 KEY_UNITS = {"flops": "FLOP", "kernels": "launches", "tokens_per_s": "tokens/s",
              "max_batch": "sequences", "max_context": "tokens", "fits": "", "bound": ""}
+
+PARALLEL_DOC = {"tp": "tensor parallel degree", "ep": "expert parallel degree (divides tp x dp)",
+                "pp": "pipeline stages", "dp": "data parallel replicas (B / dp each)"}
 
 _CELL_LIKE = re.compile(r"^([A-Za-z]{1,3}[0-9]+|[RrCc]|[Rr][0-9]*[Cc][0-9]*)$")
 
@@ -202,6 +206,8 @@ def _describe_input(b: _Builder, name: str) -> tuple[str, str, str]:
     """(unit, description, kind) of one input."""
     if name in BUILTIN_DOC:
         return ("sequences" if name == "B" else "tokens"), BUILTIN_DOC[name], "builtin"
+    if name in PARALLEL:
+        return "GPUs", PARALLEL_DOC[name], "parallel"
     params = b.analysis.model.params
     if name == KV_ELEM_NAME:
         return "bytes/elem", "KV cache bytes per element: bf16 2, fp8 1, fp4 0.5", "model"

@@ -127,7 +127,7 @@ def test_every_name_is_a_valid_excel_name(tmp_path: Path) -> None:
     names = list(wb.defined_names)
     assert all(check_excel_name(n) == n for n in names)
     assert {"in_B", "in_N", "in_T", "in_hidden", "in_mem_bw", "out_time_s", "out_fits",
-            "out_max_batch", "out_bound"} <= set(names)
+            "out_max_batch", "out_bound", "in_kv_bytes_per_elem", "base_mem_bw"} <= set(names)
 
 
 @pytest.mark.parametrize("name", ["B1", "H100", "fp8", "R", "C", "R1C1", "1x", "a b"])
@@ -141,9 +141,9 @@ def test_formula_cells_carry_their_symbolic_form(tmp_path: Path) -> None:
     wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
     cell = _cell(wb, "out_kv_bytes")
     assert cell.value.startswith("=") and "in_B" in cell.value and "in_N" in cell.value
-    # The cache held: 2 (K, V) * layers * kv_heads * head_dim (hidden/heads) * 2 bytes per
-    # token, for B sequences of N + T tokens.
-    assert cell.comment.text == "4*B*hidden*kv_heads*layers*(N + T)/heads"
+    # The cache held: 2 (K, V) * layers * kv_heads * head_dim (hidden/heads) *
+    # kv_bytes_per_elem per token, for B sequences of N + T tokens.
+    assert cell.comment.text == "2*B*hidden*kv_bytes_per_elem*kv_heads*layers*(N + T)/heads"
 
 
 def test_graphs_engine_workbook_keeps_launch_overhead_a_live_input(tmp_path: Path, soffice: str) -> None:
@@ -158,3 +158,115 @@ def test_graphs_engine_workbook_keeps_launch_overhead_a_live_input(tmp_path: Pat
     assert _cell(wb, "out_t_launch_s").value == pytest.approx(227 * 1e-6)  # 227 us
     for key in ("time_s", "act_bytes", "roofline_s"):
         _assert_close(_cell(wb, f"out_{key}").value, expected["step"][key], key)
+
+
+def test_planner_edits_kv_dtype_bandwidth_and_batch(tmp_path: Path, soffice: str) -> None:
+    # The planner's what-if: an fp8 KV cache (1 byte per element), 2.5 TB/s typed as 2.5,
+    # 64 sequences; LibreOffice's numbers are eval's at the same (base-unit) inputs.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    edits = {"kv_bytes_per_elem": 1, "mem_bw": 2.5, "B": 64}
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    _assert_outputs(wb, analysis.evaluate(_base(edits)))
+    # By hand, N = 4096, T = 1: KV per sequence = 2 * 32 layers * 8 kv_heads * 128 * 1 byte
+    # * 4097 tokens = 268,500,992 bytes; room = 80e9 - 16,060,522,496 weight bytes =
+    # 63,939,477,504; 63,939,477,504 / 268,500,992 = 238.1 -> 238 (bf16: 119).
+    assert _cell(wb, "out_max_batch").value == 238
+    assert _cell(wb, "base_mem_bw").value == 2.5e12
+
+
+def test_unfit_point_is_red_and_not_achievable(tmp_path: Path, soffice: str) -> None:
+    # B = 512 at N = 4096 needs 512 * 537,001,984 KV bytes = 275 GB > 80 GB: not achievable.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = _recalculated(tmp_path, analysis, {"B": 512}, soffice)
+    assert _cell(wb, "out_fits").value is False
+    summary = wb["Summary"]
+    also = {summary.cell(r, 1).value: summary.cell(r, 6).value for r in range(2, summary.max_row + 1)}
+    assert also["memory.fits"] == "DOES NOT FIT in memory"
+    assert also["step.tokens_per_s"] == "NOT ACHIEVABLE: does not fit in memory"
+    rules = [(str(rng.sqref), r.formula) for rng in summary.conditional_formatting for r in rng.rules]
+    fits_row = _cell(wb, "out_fits").row
+    assert (f"A{fits_row}:F{fits_row}", ["NOT(out_fits)"]) in rules
+
+
+def test_sweep_chart_data_leaves_out_exactly_the_unfit_points(tmp_path: Path, soffice: str) -> None:
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = _recalculated(tmp_path, analysis, {}, soffice)
+    ws = wb["Sweep"]
+    top = {ws.cell(r, 1).value: r for r in range(1, ws.max_row + 1)}
+    fits, chart = top["fits in memory"], top["chart data: tokens/s where it fits (#N/A: does not fit)"]
+    values = top["tokens/s (upper bound)"]
+    unfit = 0
+    for i in range(2, 11):
+        for j in range(2, 10):
+            if ws.cell(fits + i, j).value:
+                assert ws.cell(chart + i, j).value == ws.cell(values + i, j).value
+            else:
+                unfit += 1
+                assert ws.cell(chart + i, j).value == "#N/A"
+    # B = 256 at N = 1024: 256 * 131,072 * 1025 = 34.4 GB + 16.1 GB fits; B = 256 at
+    # N = 131072 (137 GB of KV) does not: both kinds of point are on the grid.
+    assert ws.cell(fits + 10, 2).value is True and ws.cell(fits + 10, 9).value is False
+    assert 0 < unfit < 72
+
+
+def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "qwen3_30b_a3b.arch", hw="h200_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    for ws in wb:
+        for row in ws.iter_rows():
+            for c in row:
+                styled = c.fill.fgColor.rgb == "00FFF2CC"
+                formula = isinstance(c.value, str) and c.value.startswith("=")
+                assert not (styled and formula), (ws.title, c.coordinate)
+    inputs = wb["Inputs"]
+    units = {inputs.cell(r, 1).value: inputs.cell(r, 3).value for r in range(2, inputs.max_row + 1)}
+    assert (units["mem_bw"], units["mem_capacity"], units["launch_overhead"]) == ("TB/s", "GB", "us")
+    assert units["flops_bf16"] == "TFLOP/s" and units["N"] == "tokens"
+    # 4.8 TB/s and 141 GB (H200 SXM) typed as 4.8 and 141; 4 us as 4.
+    assert _cell(wb, "in_mem_bw").value == 4.8 and _cell(wb, "in_mem_capacity").value == 141
+    assert _cell(wb, "in_launch_overhead").value == 4
+    assert _cell(wb, "base_mem_bw").value == "=in_mem_bw*1E+12"
+
+
+def test_inputs_are_validated_whole_positive_or_zero_ok(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    ws = wb["Inputs"]
+    rule_of = {}
+    for dv in ws.data_validations.dataValidation:
+        for rng in dv.sqref.ranges:
+            for row in range(rng.min_row, rng.max_row + 1):
+                rule_of[ws.cell(row, 1).value] = (dv.type, dv.operator, dv.formula1)
+    assert {rule_of[n] for n in ("B", "N", "T", "tp", "pp", "layers", "gpus_per_node")} == \
+        {("whole", "greaterThan", "0")}
+    assert rule_of["mem_bw"] == rule_of["kv_bytes_per_elem"] == ("decimal", "greaterThan", "0")
+    assert rule_of["launch_overhead"] == ("decimal", "greaterThanOrEqual", "0")
+    assert len(rule_of) == ws.max_row - 1  # every input row has a rule
+
+
+def test_summary_formulas_name_their_parts_and_stay_short(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "deepseek_v3.arch", hw="h200_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    assert _cell(wb, "out_total_bytes").value == "=out_kv_bytes+out_weights_bytes"
+    assert _cell(wb, "out_total_bytes_per_gpu").value == \
+        "=out_kv_bytes_per_gpu+out_weights_bytes_per_gpu"
+    assert "out_weights_bytes_per_gpu" in _cell(wb, "out_max_batch").value
+    assert _cell(wb, "out_tokens_per_s").value == "=in_B*in_T/out_roofline_s"
+    groups = [n for n in wb.defined_names if n.startswith("params_group_")]
+    assert "params_group_experts" in groups
+    assert _cell(wb, "params_total").value == "=" + "+".join(sorted(groups))
+    ws = wb["Summary"]
+    longest = max(len(str(ws.cell(r, 2).value)) for r in range(2, ws.max_row + 1))
+    assert longest < 1000, longest
+
+
+def test_no_empty_sheets_and_a_how_to_first(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    assert wb.sheetnames[:6] == ["How to use", "Inputs", "Summary", "Ops", "Sweep", "Charts"]
+    assert "Helpers" not in wb.sheetnames  # nothing needed splitting for Llama
+    for ws in wb:
+        assert ws.max_row > 1 or ws._charts, ws.title
+    text = " ".join(str(c.value) for c in wb["How to use"]["B"])
+    assert "hard bound" in text.lower() or "no engine beats them" in text
+    assert "launch floor" in text and "kv_bytes_per_elem" in text

@@ -1,11 +1,13 @@
 """Write an Excel workbook whose every derived number is a live formula.
 
-Sheets: Inputs (every input symbol as a named, styled, validated cell), Ops (a row per
-op: per-instance costs and time terms as formulas of the inputs), Summary (every `memory`
-and `step` key of `eval --json` as a named formula, human units beside), Sweep (B down,
-N across, the closed forms over the header cells) and Charts (native charts over the
-Sweep grids). Names: `in_<symbol>` for inputs, `out_<key>` for results. Each formula
-cell carries its symbolic form as a note. Changing an input and recalculating in any
+Sheets: How to use, Inputs (every input symbol as a named, styled, validated cell typed
+in a human unit, its base-unit value beside as `base_<symbol>`), Summary (every `memory`
+and `step` key of `eval --json` as a named formula built from the other named cells,
+params per group, red when the point does not fit), Ops (a row per op: per-instance
+costs and time terms as formulas of the inputs), Sweep (B down, N across, the closed
+forms over the header cells, a fits grid, chart grids of the points that fit) and Charts
+(native charts over those grids). Names: `in_<symbol>` for inputs, `out_<key>` for
+results. Each formula cell carries its symbolic form as a note. Changing an input and recalculating in any
 spreadsheet engine gives the numbers `infest eval` gives for those inputs.
 """
 from __future__ import annotations
@@ -226,7 +228,7 @@ def _inputs_sheet(b: _Builder) -> None:
     for row, item in enumerate(_input_rows(b), start=2):
         _input_row(b, ws, row, item)
         rules[_validation_kind(b, item)].add(f"B{row}")
-    _style_header(ws, widths=[18, 14, 10, 18, 10, 52, 10])
+    _style_header(ws, widths=[20, 14, 12, 16, 10, 56, 10], right=(2, 4))
 
 
 def _validations(ws) -> dict[str, DataValidation]:
@@ -291,9 +293,13 @@ def _to_base(scale: Fraction) -> str:
     return f"*{float(scale):G}" if scale >= 1 else f"/{float(1 / scale):G}"
 
 
-def _style_header(ws, widths: list[int]) -> None:
+def _style_header(ws, widths: list[int], right: tuple[int, ...] = ()) -> None:
+    """Bold headers, column widths; `right`: numeric columns, whose headers sit right
+    like the numbers under them."""
     for cell in ws[1]:
         cell.font = HEADER_FONT
+        if cell.column in right:
+            cell.alignment = Alignment(horizontal="right")
     for i, width in enumerate(widths, start=1):
         ws.column_dimensions[get_column_letter(i)].width = width
     ws.freeze_panes = "B2"
@@ -410,7 +416,7 @@ def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
     where = {(s, k): r for r, (s, k, _) in enumerate(rows, start=2)}
     _bound_row(b, ws, len(rows) + 2, where)
     _mark_summary_unfit(ws, where)
-    _style_header(ws, widths=[30, 22, 10, 14, 10, 38, 60])
+    _style_header(ws, widths=[30, 22, 12, 14, 12, 38, 60], right=(2, 4))
 
 
 # Rows that turn red when the point does not fit: it is not achievable.

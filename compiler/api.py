@@ -40,8 +40,10 @@ def _hardware_field_names(program: Program) -> set[str]:
     return names
 
 
-def load_hardware(spec: str | Path, program: Program | None = None) -> CompiledHardware:
-    """Hardware by shipped name, by a block name in the spec's program, or by path."""
+def load_hardware(spec: str | Path, program: Program | None = None,
+                  files: list[Path] | None = None) -> CompiledHardware:
+    """Hardware by shipped name, by a block name in the spec's program, or by path (the
+    files read are appended to `files`)."""
     name = str(spec)
     if program is not None and name in program.hardware:
         node, file = program.hardware[name]
@@ -52,6 +54,8 @@ def load_hardware(spec: str | Path, program: Program | None = None) -> CompiledH
         raise fail(None, f"unknown hardware '{name}'",
                    did_you_mean(name, ship) or f"shipped: {', '.join(ship)}, or a path to a .arch file")
     hw_program = load_program(path)
+    if files is not None:
+        files.extend(hw_program.files)
     if not hw_program.hardware:
         raise fail(None, f"{path} defines no hardware block")
     node, file = next(iter(hw_program.hardware.values()))
@@ -68,6 +72,7 @@ class Analysis:
     model: CompiledModel
     hardware: CompiledHardware | None
     forms: Forms
+    files: tuple[Path, ...] = ()   # every file read (spec, imports, hardware): cache keys
 
     @cached_property
     def runner(self) -> Runner:
@@ -105,13 +110,14 @@ def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode
     profile = resolve_engine(engine)
     program = load_program(Path(spec))
     compiled = load_model(spec, model, program)
-    hardware = load_hardware(hw, program) if hw is not None else None
+    files = list(program.files)
+    hardware = load_hardware(hw, program, files) if hw is not None else None
     if hardware is not None:
         _check_hardware_names(compiled, hardware)
     hardware = engine_hardware(hardware, profile)
     forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware),
                         profile)
-    return Analysis(forms.model, hardware, forms)  # the model as one GPU of the layout runs it
+    return Analysis(forms.model, hardware, forms, tuple(files))  # as one GPU of the layout runs it
 
 
 def links_of(hardware: CompiledHardware | None) -> Links:
@@ -119,7 +125,8 @@ def links_of(hardware: CompiledHardware | None) -> Links:
     if hardware is None:
         return Links()
     has = set(hardware.fields)
-    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has)
+    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has,
+                 host="host_bw" in has)
 
 
 def _check_hardware_names(model: CompiledModel, hardware: CompiledHardware) -> None:

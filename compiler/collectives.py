@@ -55,6 +55,7 @@ class Links:
 
     link: bool = True
     net: bool = True
+    host: bool = True   # host_bw: a host-memory tier for expert offload (compiler/offload.py)
 
 
 def call_time(c: Collective, payload: sympy.Expr, links: Links) -> sympy.Expr:

@@ -15,6 +15,7 @@ from infest.compiler.codegen import numpy_source
 from infest.compiler.constraints import check_infos, constraints_source
 from infest.compiler.hardware import CompiledHardware
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
+from infest.compiler.offload import OFFLOAD_INPUTS, default_gpu_experts
 # Input, op_bound and step_bound live in the sympy-free runner; re-exported for callers.
 from infest.compiler.runner import (DEFAULTS, Input, Missing, OpInfo, Runner,  # noqa: F401
                                     builtin_kinds, op_bound, step_bound)
@@ -43,7 +44,7 @@ def build_runner(forms: Forms, hw: CompiledHardware | None) -> Runner:
     return Runner(
         model=model.name, hardware=hw.name if hw else None, phase=forms.phase,
         policy=forms.layout.policy, engine=forms.engine.name,
-        groups=tuple(forms.groups), names=tuple(names), kinds=_kinds(forms),
+        groups=tuple(forms.groups), names=tuple(names), kinds=_kinds(forms, names),
         defaults=_known_values(forms, hw),
         derived=tuple(p for p, v in model.params.items() if not v.is_input),
         check_names=check_names, keys=tuple(k for k, _ in layout),
@@ -74,12 +75,16 @@ def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fracti
     known.update({p.name: p.default for p in forms.model.params.values() if p.is_input})
     if hw is not None:
         known.update({k: v.value for k, v in hw.fields.items()})
+    experts = default_gpu_experts(forms.model, known)
+    if experts is not None:  # offload inputs: all experts resident, no measured hit rate
+        known.update({"gpu_experts": Fraction(experts), "hit_rate": Fraction(0)})
     return known  # type: ignore[return-value]
 
 
-def _kinds(forms: Forms) -> dict[str, str]:
+def _kinds(forms: Forms, names: list[str]) -> dict[str, str]:
     kinds = builtin_kinds()
     kinds.update({p: "model" for p, v in forms.model.params.items() if v.is_input})
+    kinds.update({n: "offload" for n in OFFLOAD_INPUTS if n in names})
     return kinds
 
 

@@ -3,13 +3,11 @@
 Generated source (from codegen, or read back from the private cache) is checked token
 by token before it is compiled: besides Python keywords it may only name its own
 functions, its arguments `a<i>`, temporaries `t<i>`, and `np` with the numpy functions
-of `NP_FUNCTIONS`. No name or text from a spec or the command line can reach it.
+of `NP_FUNCTIONS`; its characters are those of arithmetic (no quotes, no comments). No name or text from a spec or the command line can reach it.
 """
 from __future__ import annotations
 
-import io
-import keyword
-import tokenize
+import re
 from typing import Callable
 
 import numpy as np
@@ -18,15 +16,19 @@ NP_FUNCTIONS = frozenset({"floor", "ceil", "exp", "abs", "sign", "mod", "logical
                           "maximum", "minimum", "logical_and", "logical_or", "select",
                           "power", "sqrt", "where"})
 FUNCTION_NAMES = frozenset({"forms", "constraints"})
-_OTHER_NAMES = frozenset({"np", "nan", "inf", "default"})
+_OTHER_NAMES = frozenset({"np", "nan", "inf", "default", "def", "return", "True", "False"})
+_STRAY = re.compile(r"[^A-Za-z0-9_ \n()\[\],.:=+\-*/<>!%]")
+_NAME = re.compile(r"(?<!\w)[A-Za-z_]\w*")  # not the e of 1.5e-07
 
 
 def check_vocabulary(source: str) -> None:
-    """Refuse any identifier the generator does not produce (defence in depth)."""
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type != tokenize.NAME or keyword.iskeyword(tok.string):
-            continue
-        name = tok.string
+    """Refuse any character or identifier the generator does not produce (defence in
+    depth): no quotes, backslashes, comments or decorators can appear, and every name
+    is one of ours."""
+    stray = _STRAY.search(source)
+    if stray:
+        raise ValueError(f"generated code: unexpected character {stray.group()!r}")
+    for name in _NAME.findall(source):
         if not (name in NP_FUNCTIONS or name in FUNCTION_NAMES or name in _OTHER_NAMES
                 or (name[0] in "at" and name[1:].isdigit())):
             raise ValueError(f"generated code: unexpected name {name!r}")

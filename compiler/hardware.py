@@ -23,9 +23,11 @@ FIELD_DOC = {
     "host_capacity": ("host (CPU) memory for offload", BYTES),
 }
 # Fields a what-if may set to 0 (one source of truth for hardware files and --set): fixed
-# per-kernel and per-message costs. Bandwidths, peaks and capacities divide or bound, so
-# they stay positive.
-MAY_BE_ZERO = frozenset({"launch_overhead", "link_latency", "net_latency"})
+# per-kernel and per-message costs, and the offload inputs (no expert resident, no measured
+# hits: compiler/offload.py). Bandwidths, peaks and capacities divide or bound, so they
+# stay positive.
+MAY_BE_ZERO = frozenset({"launch_overhead", "link_latency", "net_latency", "gpu_experts",
+                         "hit_rate"})
 FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
 _COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "

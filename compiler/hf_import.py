@@ -7,9 +7,9 @@ and the number formats), and `render` lays that out like the shipped specs: para
 top, one `repeat` per run of identical layers, groups, comments.
 
 Families: llama, mistral, qwen2, qwen3 (dense); mixtral, qwen3_moe, gpt_oss (MoE);
-deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization is read from
-`quantization_config` (quant_method fp8, mxfp4, modelopt) or a ModelOpt
-`hf_quant_config.json` passed alongside.
+deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization (compiler/hf_quant.py)
+is read from `quantization_config`, a ModelOpt `hf_quant_config.json` beside the config,
+or a GGUF type; one that is not understood is an error, never a silent bf16.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
+from infest.compiler.hf_quant import Formats, formats
 from infest.dsl.errors import SpecError, fail
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
@@ -138,19 +139,6 @@ class Layer:
 
 
 @dataclass
-class Formats:
-    """Model-level dtypes plus per-role overrides (role -> {dtype role: dtype})."""
-
-    weights: str
-    kv: str
-    act: str
-    math: str | None = None
-    overrides: dict[str, dict[str, str]] = field(default_factory=dict)
-    scheme: str = ""                                  # for the header comment
-    kept: frozenset[str] = frozenset()                # roles left unquantized
-
-
-@dataclass
 class Arch:
     """Everything `render` needs, read and checked from a config."""
 
@@ -217,8 +205,10 @@ def _json_constant(word: str, path: Path) -> NoReturn:
 
 
 def read_arch(data: Mapping[str, Any], source: str = "config.json",
-              quant: Mapping[str, Any] | None = None, name: str | None = None) -> Arch:
-    """Check a config (and an optional hf_quant_config) and build its Arch."""
+              quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
+              gguf: str | None = None) -> Arch:
+    """Check a config (and an optional hf_quant_config, as (data, path), or a GGUF type)
+    and build its Arch."""
     cfg = Config(data, source)
     family = _family(cfg)
     hidden, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
@@ -236,7 +226,8 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
                 glu=_glu(cfg), mlp_bias=cfg.flag("mlp_bias"),
                 tied=cfg.flag("tie_word_embeddings"),  # every family here defaults to untied
                 attention=_attention(cfg, family, hidden), experts=experts, plan=plan,
-                formats=_formats(cfg, quant), context=trained_context(cfg))
+                formats=formats(data, source, _base_dtype(cfg), layers, quant, gguf),
+                context=trained_context(cfg))
 
 
 def trained_context(cfg: Config) -> int | None:
@@ -393,38 +384,7 @@ def _experts(cfg: Config, family: str) -> Experts:
                    cfg.int("intermediate_size"), router_bias=gpt_oss, bias=gpt_oss)
 
 
-# ---- quantization -> Formats ---------------------------------------------------------
-
-# Roles a module-name pattern may exclude from quantization (first match wins). A bare
-# `.gate` is a router, `gate_proj` is not.
-_ROLE_PATTERNS = tuple((role, re.compile(rx)) for role, rx in (
-    ("lm_head", r"lm_head"), ("embed", r"embed"), ("router", r"router|\.gate(?![_\w])"),
-    ("shared_expert", r"shared_expert"), ("experts", r"experts"), ("attention", r"attn"),
-    ("mlp", r"mlp|feed_forward")))
-_LINEAR_ROLES = ("attention", "mlp", "experts", "shared_expert")
-_KEPT_ROLES = ("embed", "router", "lm_head")  # every scheme here keeps these unquantized
-
-
-def _formats(cfg: Config, quant: Mapping[str, Any] | None) -> Formats:
-    """Number formats: the torch_dtype, changed by whichever quantization config applies."""
-    base = _base_dtype(cfg)
-    qc = cfg.data.get("quantization_config")
-    if quant is not None:
-        return _modelopt(cfg, _section(quant, "quantization", "hf_quant_config.json"), base,
-                         "hf_quant_config.json")
-    if qc is None:
-        return Formats(base, base, base)
-    if not isinstance(qc, dict):
-        raise fail(None, f"{cfg.source}: config field 'quantization_config' must be an object")
-    return _scheme(cfg, qc, base)
-
-
-def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    section = data.get(key)
-    if not isinstance(section, dict):
-        raise fail(None, f"{where}: missing required field '{key}'")
-    return section
-
+# ---- number formats -------------------------------------------------------------------
 
 def _base_dtype(cfg: Config) -> str:
     name = cfg.str("torch_dtype", "bfloat16")
@@ -432,70 +392,6 @@ def _base_dtype(cfg: Config) -> str:
         raise fail(None, f"{cfg.source}: config field 'torch_dtype' is '{name}'",
                    f"known: {', '.join(_TORCH_DTYPES)}")
     return _TORCH_DTYPES[name]
-
-
-def _scheme(cfg: Config, qc: Mapping[str, Any], base: str) -> Formats:
-    method = qc.get("quant_method")
-    if method == "fp8":
-        return _fp8_dynamic(cfg, qc, base)
-    if method == "mxfp4":
-        return _mxfp4(cfg, qc, base)
-    if method == "modelopt":
-        return _modelopt(cfg, qc, base, "quantization_config")
-    raise fail(None, f"{cfg.source}: config field 'quantization_config.quant_method' is "
-               f"{json.dumps(method)}", "import-hf reads fp8, mxfp4 and modelopt; "
-               "write the dtypes by hand (weights: int4, bits = 4.25, ...)")
-
-
-def _excluded(patterns: Any, cfg: Config, key: str) -> set[str]:
-    """The roles a list of module-name patterns keeps out of quantization."""
-    if patterns is None:
-        return set()
-    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-        raise fail(None, f"{cfg.source}: config field '{key}' must be a list of module names")
-    roles = set()
-    for pattern in patterns:
-        role = next((r for r, rx in _ROLE_PATTERNS if rx.search(pattern)), None)
-        if role is not None:
-            roles.add(role)
-    return roles
-
-
-def _fp8_dynamic(cfg: Config, qc: Mapping[str, Any], base: str) -> Formats:
-    """quant_method fp8 (DeepSeek): fp8 weights, activations quantized inside each GEMM,
-    so linears run at flops_fp8; the attention core over the cache stays in `base`."""
-    kept = set(_KEPT_ROLES) | _excluded(qc.get("modules_to_not_convert"), cfg,
-                                         "quantization_config.modules_to_not_convert")
-    overrides = {role: {"weights": base, "math": base} for role in kept}
-    overrides["embed"] = {"weights": base}  # a gather: no math
-    overrides["attention_core"] = {"math": base}
-    scheme = f"fp8 weights ({_safe(qc.get('fmt', 'e4m3'))}) and fp8 GEMMs, {base} KV cache"
-    return Formats("fp8", base, base, "fp8", overrides, scheme, frozenset(kept))
-
-
-def _mxfp4(cfg: Config, qc: Mapping[str, Any], base: str) -> Formats:
-    """quant_method mxfp4 (gpt-oss): mxfp4 weights, math upcast to the activation dtype."""
-    kept = set(_KEPT_ROLES) | _excluded(qc.get("modules_to_not_convert"), cfg,
-                                         "quantization_config.modules_to_not_convert")
-    quantized = [r for r in _LINEAR_ROLES if r not in kept]
-    overrides = {role: {"weights": "mxfp4"} for role in quantized}
-    scheme = f"mxfp4 weights, math and KV cache in {base}"
-    return Formats(base, base, base, None, overrides, scheme, frozenset(kept))
-
-
-def _modelopt(cfg: Config, q: Mapping[str, Any], base: str, where: str) -> Formats:
-    """NVIDIA ModelOpt FP8: fp8 weights and activations (math at flops_fp8), fp8 KV if
-    kv_cache_quant_algo says so; the embedding and excluded modules stay `base`."""
-    algo = q.get("quant_algo")
-    if algo != "FP8":
-        raise fail(None, f"{where}: field 'quant_algo' is {json.dumps(algo)}",
-                   "import-hf reads ModelOpt FP8; write other formats by hand")
-    kv = "fp8" if q.get("kv_cache_quant_algo") == "FP8" else base
-    kept = {"embed", "router"} | _excluded(q.get("exclude_modules"), cfg,
-                                            f"{where}.exclude_modules")
-    overrides = {role: {"weights": base, "act": base} for role in kept}
-    scheme = f"ModelOpt FP8 weights and activations, {kv} KV cache"
-    return Formats("fp8", kv, "fp8", None, overrides, scheme, frozenset(kept))
 
 
 # ---- Arch -> text -----------------------------------------------------------------------
@@ -627,6 +523,11 @@ def _kw(arch: Arch, role: str) -> str:
     """`, weights=bf16, math=bf16` when a role's formats differ from the model's."""
     over = arch.formats.overrides.get(role, {})
     return "".join(f", {k}={v}" for k, v in over.items())
+
+
+def _decl(role: str, value: str) -> str:
+    """A block's dtype line: `math: fp8`, or `weights: bits = 4.15625` for a bits= format."""
+    return f"weights: bits = {value}" if role == "bits" else f"{role}: {value}"
 
 
 def _op(code: str, depth: int, group: str | None = None, comment: str | None = None,
@@ -784,7 +685,7 @@ def _moe_lines(arch: Arch) -> list[str]:
     router = "r = router(h, hidden -> experts" + (", bias=1" if moe.router_bias else "")
     lines = [_op(router + _kw(arch, "router") + ")", 2, group="router"),
              _op("m = moe(h, experts=experts, top_k=top_k)", 2, group="experts", suffix="{")]
-    lines += [_op(f"{k}: {v}", 3) for k, v in arch.formats.overrides.get("experts", {}).items()]
+    lines += [_op(_decl(k, v), 3) for k, v in arch.formats.overrides.get("experts", {}).items()]
     bias = ", bias=1" if moe.bias else ""
     lines += _glu_lines(arch, "expert_ffn", bias, 3, None, comment="one expert's gated MLP")
     lines += ["    }", _op("x = add(x, m)", 2)]
@@ -800,18 +701,27 @@ def _moe_lines(arch: Arch) -> list[str]:
 # ---- entry point ---------------------------------------------------------------------------
 
 def sibling_quant_config(config_path: Path) -> Path | None:
-    """A ModelOpt hf_quant_config.json that sits next to a config.json, if any."""
+    """A ModelOpt quant config beside a config: `hf_quant_config.json` next to
+    `config.json`, else `<name>.hf_quant_config.json` or `<name>_hf_quant_config.json` for
+    `<name>.config.json`, `<name>_config.json` or `<name>.json`."""
     name = config_path.name
-    candidates = [config_path.with_name("hf_quant_config.json")] if name == "config.json" else []
-    if name.endswith(".config.json"):
-        candidates.append(config_path.with_name(name[: -len(".config.json")] + ".hf_quant_config.json"))
+    if name == "config.json":
+        return _first_file([config_path.with_name("hf_quant_config.json")])
+    stem = next((name[: -len(s)] for s in (".config.json", "_config.json", "-config.json",
+                                            ".json") if name.endswith(s)), name)
+    return _first_file([config_path.with_name(f"{stem}{sep}hf_quant_config.json")
+                        for sep in (".", "_", "-")])
+
+
+def _first_file(candidates: list[Path]) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
 def import_hf(config_path: Path, quant_path: Path | None = None,
-              name: str | None = None) -> str:
-    """The .arch text for a config.json (and an optional hf_quant_config.json)."""
+              name: str | None = None, gguf: str | None = None) -> str:
+    """The .arch text for a config.json (and an optional hf_quant_config.json, or a GGUF
+    type such as Q4_K_M for the weights)."""
     data = load_json(config_path)
-    quant = load_json(quant_path) if quant_path is not None else None
-    arch = read_arch(data, str(config_path), quant, name)
+    quant = (load_json(quant_path), str(quant_path)) if quant_path is not None else None
+    arch = read_arch(data, str(config_path), quant, name, gguf)
     return render(arch)

@@ -13,7 +13,8 @@ PARALLEL = ("tp", "ep", "pp", "dp")
 MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
                "weights_bytes_per_gpu", "kv_bytes_per_gpu", "total_bytes_per_gpu",
                "capacity_bytes", "fits", "max_batch", "max_context")
-COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes")
+COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes",
+             "host_bytes")
 STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "kernels",
                                      "collectives", "weights_floor_s")
 OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)

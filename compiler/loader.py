@@ -24,6 +24,7 @@ class Program:
     models: dict[str, tuple[ast.Model, str]] = field(default_factory=dict)
     hardware: dict[str, tuple[ast.Hardware, str]] = field(default_factory=dict)
     own_models: list[str] = field(default_factory=list)  # defined in the root file
+    files: list[Path] = field(default_factory=list)      # every file read, resolved
 
 
 def shipped_dir() -> Path:
@@ -102,6 +103,7 @@ def _load(path: Path, program: Program, stack: list[Path], done: set[Path],
     if resolved in done:
         return
     spec = parse(read_text(path, span), str(path))
+    program.files.append(resolved)
     stack.append(resolved)
     for item in spec.items:
         if isinstance(item, ast.Import):

@@ -7,7 +7,7 @@ so the forms are rewritten with T -> N and the cache -> 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import sympy
@@ -17,6 +17,7 @@ from infest.compiler.keys import COST_KEYS, MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS,
 from infest.compiler.functions import Max
 from infest.compiler.ops import L, touched_experts
 from infest.compiler.collectives import Links, call_time
+from infest.compiler.offload import host_bytes, host_time, offload_constraints, resident_share
 from infest.compiler.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse, split_at_collectives
 from infest.compiler.parallel import Layout, shard
 from infest.compiler.policy import Policy
@@ -45,7 +46,7 @@ class Forms:
     engine: Engine = ENGINES[DEFAULT_ENGINE]
 
     def all_exprs(self) -> list[sympy.Expr]:
-        """Every form, flattened (for symbol collection and lambdify)."""
+        """Every form, flattened (for symbol collection and code generation)."""
         out = list(self.params.values()) + list(self.groups.values())
         out += list(self.memory.values()) + list(self.step.values())
         out += list(self.bound_terms.values()) + list(self.parallel.values())
@@ -67,10 +68,12 @@ def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | No
     model, layout = shard(fuse(model) if engine.fused else model, policy, links)
     if engine.fused:
         model = split_at_collectives(model)
+    extra = offload_constraints(model, links)
+    model = replace(model, constraints=model.constraints + extra) if extra else model
     ops = [_op_forms(op, links) for op in model.ops]
     step = _step(model, ops)
     parallel = {"tp": TP, "ep": EP, "pp": PP, "dp": DP, "gpus": TP * PP * DP}
-    forms = Forms(model, phase, _params(model), _groups(model), _memory(model, phase), step,
+    forms = Forms(model, phase, _params(model), _groups(model), _memory(model, phase, links), step,
                   ops, _bound_terms(step), parallel, layout, engine)
     return _rewrite_prefill(forms) if phase == "prefill" else forms
 
@@ -82,6 +85,7 @@ TERM_FORMS = {
     "launch": lambda op, links: op.cost.kernels * LAUNCH,
     "comm": lambda op, links: (call_time(op.comm, op.cost.comm_bytes, links)
                                if op.comm else sympy.Integer(0)),
+    "host": host_time,
 }
 
 
@@ -90,7 +94,8 @@ def _op_forms(op: OpNode, links: Links) -> dict[str, sympy.Expr]:
     c = op.cost
     forms = {"count": op.count, "flops": c.flops, "bytes": c.bytes,
              "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "act_bytes": c.act_bytes,
-             "comm_bytes": c.comm_bytes, "kernels": c.kernels}
+             "comm_bytes": c.comm_bytes, "host_bytes": host_bytes(op, links),
+             "kernels": c.kernels}
     forms.update({t.key: TERM_FORMS[t.name](op, links) for t in TIME_TERMS})
     forms["time_s"] = Max(*(forms[k] for k in TERM_KEYS))
     return forms
@@ -154,16 +159,17 @@ def _kv_per_sequence(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
     return sympy.Add(*(op.count * op.kv_cache * op.kv_share for op in model.ops)) / PP
 
 
-def _weights(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
-    """Bytes of every stored weight; per_gpu: one GPU's shard of its stage's layers
-    (stages assumed balanced: weights / pp)."""
+def _weights(model: CompiledModel, links: Links, per_gpu: bool = False) -> sympy.Expr:
+    """Bytes of every weight held in HBM (offloaded experts: only the resident share);
+    per_gpu: one GPU's shard of its stage's layers (stages assumed balanced: / pp)."""
     total = sympy.Add(*(op.count * op.params * _rational(op.dtypes.weights.bytes)
+                        * resident_share(op, links)
                         * (op.weight_share if per_gpu else 1) for op in model.ops))
     return total / PP if per_gpu else total
 
 
-def _memory(model: CompiledModel, phase: str) -> dict[str, sympy.Expr]:
-    weights, weights_gpu = _weights(model), _weights(model, per_gpu=True)
+def _memory(model: CompiledModel, phase: str, links: Links) -> dict[str, sympy.Expr]:
+    weights, weights_gpu = _weights(model, links), _weights(model, links, per_gpu=True)
     per_seq, per_seq_gpu = _kv_per_sequence(model), _kv_per_sequence(model, per_gpu=True)
     kv = B * per_seq.xreplace({L: N + T})
     kv_gpu = B / DP * per_seq_gpu.xreplace({L: N + T})  # each replica: B / dp sequences

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.evaluate import form_layout
-from infest.compiler.serve import Request, check_request, decode_contexts
+from infest.compiler.serve import Request, check_context, check_request, decode_contexts
 from infest.compiler.symbols import PARALLEL
 from infest.dsl.errors import fail
 
@@ -96,7 +96,7 @@ def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows:
     C = carried(demand.users, per_rank[None, :, None] * layout["dp"])
     B = np.ceil(C / layout["dp"]) * layout["dp"]   # the busiest rank's share x dp
     contexts = decode_contexts(demand.isl, demand.osl)
-    N = np.append(contexts, demand.isl + demand.osl - 1)[None, None, :]  # last: fits
+    N = np.append(contexts, demand.isl + demand.osl - 2)[None, None, :]  # last step: fits
     dec = _values(engine.decode, base[0], {**layout, "B": B, "N": N, "T": 1.0})
     pre = _values(engine.prefill, base[1], {**layout, "B": B, "N": float(demand.isl)})
     shape = (len(rows), len(per_rank))
@@ -125,6 +125,8 @@ def plan(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str
     """candidates (meeting limits and fitting, best first), best, pareto; an error naming
     the binding limit when none meets them."""
     check_demand(demand, overrides)
+    for engine in engines.values():
+        check_context(engine.decode, demand.isl, demand.osl, overrides)
     rows = [c for policy, grid, g in grids(engines, demand, overrides)
             for c in _candidates(policy, grid, g, demand)]
     meeting = [c for c in rows if _meets(c, demand)]

@@ -33,7 +33,7 @@ class Input:
     """One input symbol: where it comes from and its value for this run."""
 
     name: str
-    kind: str          # "builtin", "parallel", "model" or "hardware"
+    kind: str          # "builtin", "parallel", "offload", "model" or "hardware"
     value: Fraction
 
 
@@ -83,6 +83,12 @@ class Runner:
     @cached_property
     def _functions(self) -> dict[str, Callable]:
         return load_functions(self.source)
+
+    def prepare(self) -> None:
+        """Check and compile the generated code now (ValueError or SyntaxError if it is
+        not code the generator writes)."""
+        if set(self._functions) != {"forms", "constraints"}:
+            raise ValueError("runner: the generated code lacks its functions")
 
     def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
         """Every input with its value for this run (defaults, then overrides), checked."""

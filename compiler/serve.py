@@ -1,6 +1,6 @@
 """Serving a request shape: TTFT, TPOT, E2E and throughput from the step forms.
 
-Everything is built from the closed forms `infest eval` evaluates (one lambdified
+Everything is built from the closed forms `infest eval` evaluates (one generated numpy
 function per phase): the decode forms take B sequences, T new tokens each, N cached;
 the prefill forms take a prompt of N tokens per sequence. Metrics as serving benchmarks
 define them: TPOT = (E2E - TTFT) / (OSL - 1), so E2E = TTFT + (OSL - 1) x TPOT.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.finite import check_finite
+from infest.compiler.params import TRAINED_CONTEXT
 from infest.compiler.terms import HARD_KEYS, TIME_TERMS
 from infest.dsl.errors import fail
 
@@ -80,6 +81,21 @@ def check_request(r: Request) -> None:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
 
 
+def check_context(analysis: "Analysis", isl: int, osl: int,
+                  overrides: Mapping[str, Any]) -> None:
+    """A request's whole context (prompt + output) must be within the model's trained
+    context: the last output token is produced from ISL + OSL - 1 tokens."""
+    inputs = {i.name: i.value for i in analysis.inputs(overrides)}
+    trained = analysis.model.params.get(TRAINED_CONTEXT)
+    if trained is None:
+        return
+    limit = inputs.get(TRAINED_CONTEXT, trained.default)
+    if limit is not None and isl + osl - 1 > limit:
+        raise fail(trained.span, f"--isl {isl} + --osl {osl} needs a context of "
+                   f"{isl + osl - 1:,} tokens; the model was trained for {int(limit):,}",
+                   "shorten the request, or --set trained_context=... to ask what if")
+
+
 def _count(flag: str, value: Any, lo: int, hi: int, limit: str, hint: str | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise fail(None, f"{flag} {value!r}: expected a whole number of tokens or requests")
@@ -120,6 +136,7 @@ def serve(engine: Engine, request: Request, overrides: Mapping[str, Any],
     for name in ("B", "N", "T"):
         if name in overrides:
             raise fail(None, f"--set {name}: serve sets it from --concurrency, --isl, --osl")
+    check_context(engine.decode, request.isl, request.osl, overrides)
     if request.batching == "static":
         ttft, tpot, info = _static(engine, request, overrides)
     elif draft is not None:
@@ -163,7 +180,7 @@ def _static(engine: Engine, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, its bound), (TPOT, its bound), info) for static batching."""
     pre = evaluate(engine.prefill, overrides, {"B": r.concurrency, "N": r.isl})
     contexts = decode_contexts(r.isl, r.osl)
-    last = float(r.isl + r.osl - 1)   # the last step's cache holds ISL + OSL tokens
+    last = float(r.isl + r.osl - 2)   # the last decode step: its cache then holds ISL + OSL - 1
     dec = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": last})
     steps = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": contexts})
     ttft = (float(pre["step.time_s"]), float(pre["step.roofline_s"]))
@@ -178,7 +195,7 @@ def _info(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def _continuous(engine: Engine, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, bound), (TPOT, bound), info) for continuous batching with chunked prefill."""
-    last = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": float(r.isl + r.osl - 1)})
+    last = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": float(r.isl + r.osl - 2)})
     info = _info(last)
     dp, chunks = info["dp"], math.ceil(r.isl / r.chunk)
     _check_budget(r, dp, chunks)
@@ -218,6 +235,7 @@ _MIXED = {
     "memory": lambda d, p, t, fix, k: d[k] + p[k] + fix,    # bytes add, weights read once
     "comm": lambda d, p, t, fix, k: t[k],                   # one call over all the tokens
     "launch": lambda d, p, t, fix, k: d[k],                 # the same kernels
+    "host": lambda d, p, t, fix, k: t[k],                   # misses of the experts all touch
 }
 
 

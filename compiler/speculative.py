@@ -78,8 +78,8 @@ def speculate(target: "Engine", draft: Draft, request: "Request", contexts: np.n
     drafted = evaluate(draft.engine.decode, layout, point)
     pre = evaluate(draft.engine.prefill, layout, {"B": c, "N": request.isl})
     out = {"tokens_per_round": tokens_per_round(k, draft.acceptance), "fits": _fits(
-        evaluate(target.decode, overrides, {"B": c, "N": float(request.isl + request.osl - 1)}),
-        evaluate(draft.engine.decode, layout, {"B": c, "N": float(request.isl + request.osl - 1)}))}
+        evaluate(target.decode, overrides, {"B": c, "N": float(request.isl + request.osl - 2)}),
+        evaluate(draft.engine.decode, layout, {"B": c, "N": float(request.isl + request.osl - 2)}))}
     for key in ("time_s", "roofline_s"):
         rnd = float(np.mean(k * drafted[f"step.{key}"] + verify[f"step.{key}"]))
         base = float(np.mean(plain[f"step.{key}"]))

@@ -1,7 +1,7 @@
 """Sweeps: one metric over a B x N grid, evaluated in one vectorised call.
 
 The grid is never walked point by point: B goes in as a column (nB, 1) and N as a row
-(1, nN) to the same lambdified function `infest eval` uses, and numpy broadcasting
+(1, nN) to the same generated function `infest eval` uses, and numpy broadcasting
 produces every cell at once, so a cell equals `infest eval --set B=.. --set N=..`.
 
 LIST syntax (command line): comma-separated items, each a number (`8`, `32k`), a range
@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.evaluate import Input, step_bound
+from infest.compiler.runner import Input, step_bound
 from infest.compiler.finite import check_finite
-from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, STEP_KEYS
+from infest.compiler.keys import MEMORY_KEYS, STEP_KEYS
+from infest.compiler.terms import BOUND_TERMS
 from infest.dsl.errors import did_you_mean, fail
 from infest.dsl.units import COUNT, parse_number, parse_value
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
+    from infest.compiler.runner import Runner
 
 LIST_HINT = "LIST is 1,8,32 or a..b (every integer) or a..b:x2 (geometric); units: 1k..128k:x2"
 MAX_VALUES = 10_000_000      # per axis: a typo like 1..1e12 must fail, not exhaust memory
@@ -149,7 +151,7 @@ def _keys(section: str) -> tuple[str, ...]:
     return STEP_KEYS if section == "step" else MEMORY_KEYS
 
 
-def grid_values(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+def grid_values(analysis: "Analysis | Runner", overrides: Mapping[str, Any], Bs: list[int],
                 Ns: list[int], keys: frozenset[str] | None = None
                 ) -> tuple[list[Input], dict[str, Any]]:
     """Flat forms (every one, or only `keys`) on the grid (B a column, N a row) and the
@@ -213,7 +215,7 @@ def _check_over(overrides: Mapping[str, Any], over: tuple[str, list[int]], cells
                    "(MAX_CELLS)", "fewer --over values or a coarser grid")
 
 
-def within_trained_context(analysis: "Analysis", overrides: Mapping[str, Any],
+def within_trained_context(analysis: "Analysis | Runner", overrides: Mapping[str, Any],
                            Ns: list[int]) -> list[int]:
     """The contexts of a built-in grid the model was trained for: N + T <= trained_context
     (a prompt N in prefill). Lists a user gives are checked, never clipped."""
@@ -234,13 +236,13 @@ def parse_over(text: str) -> tuple[str, list[int]]:
     return name.strip(), parse_list(values, name.strip())
 
 
-def sweep(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+def sweep(analysis: "Analysis | Runner", overrides: Mapping[str, Any], Bs: list[int],
           Ns: list[int], metric: str = "tokens_per_s") -> Sweep:
     """Evaluate one metric (a step or memory key, or `bound`) on the B x N grid."""
     return sweep_over(analysis, overrides, Bs, Ns, metric)[0]
 
 
-def sweep_over(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+def sweep_over(analysis: "Analysis | Runner", overrides: Mapping[str, Any], Bs: list[int],
                Ns: list[int], metric: str = "tokens_per_s",
                over: tuple[str, list[int]] | None = None) -> list[Sweep]:
     """One B x N Sweep per value of `over` (a single one without it); each grid in one
@@ -252,7 +254,7 @@ def sweep_over(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int]
     return [_sweep_one(analysis, fixed, Bs, Ns, key) for fixed in grids]
 
 
-def _sweep_one(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+def _sweep_one(analysis: "Analysis | Runner", overrides: Mapping[str, Any], Bs: list[int],
                Ns: list[int], key: str) -> Sweep:
     needed = {f"bound.{k}" for k in BOUND_TERMS} | {"step.time_s"} if key == "bound" else {key}
     inputs, values = grid_values(analysis, overrides, Bs, Ns,

@@ -34,6 +34,8 @@ TIME_TERMS = (
              "kernel launches x launch_overhead (an assumption about the engine)"),
     TimeTerm("comm", True, ("comm",),
              "collective calls: latency + bus factor x payload / link bandwidth"),
+    TimeTerm("host", True, ("host",),
+             "offloaded experts the step misses, fetched over the host link / host_bw"),
 )
 TERM_KEYS = tuple(t.key for t in TIME_TERMS)
 HARD_KEYS = tuple(t.key for t in TIME_TERMS if t.hard)

@@ -83,9 +83,16 @@ def _decode(obj: dict) -> Any:
 
 
 def main() -> None:
-    """Regenerate the tables next to the grammar in the source tree."""
+    """Regenerate the tables next to the grammar in the source tree, only when the
+    grammar changed (Lark numbers its states in an order that varies between runs, so
+    rewriting current tables would only churn the file)."""
     target = Path(__file__).with_name(TABLES_FILE)
-    target.write_text(tables_json(grammar_text()))
+    text = grammar_text()
+    current = json.loads(target.read_text()) if target.is_file() else {}
+    if current.get("grammar_sha256") == digest(text):
+        print(f"{target} is up to date")
+        return
+    target.write_text(tables_json(text))
     print(f"wrote {target}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from infest.exports.common import add_spec_args, make_analysis, parse_sets
+from infest.exports.common import add_spec_args, make_analysis, make_runner, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,13 +21,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Evaluate and print in the chosen format."""
     from infest.exports import report_text
-    analysis = make_analysis(args)
     overrides = parse_sets(args.set)
-    result = analysis.evaluate(overrides)
+    # Sensitivities differentiate the forms (sympy); everything else runs on the cached runner.
+    analysis = make_analysis(args) if args.sensitivity and not args.csv else None
+    runner = analysis.runner if analysis is not None else make_runner(args)
+    result = runner.evaluate(overrides)
     if not args.csv:  # the CSV is the per-op table only
         from infest.compiler.capacity import capacity
-        result["capacity"] = capacity(analysis, overrides)
-    if args.sensitivity and not args.csv:
+        result["capacity"] = capacity(runner, overrides)
+    if analysis is not None:
         from infest.compiler.sensitivity import as_json, elasticities
         result["sensitivity"] = as_json(elasticities(analysis, analysis.inputs(overrides), result))
     if args.json:

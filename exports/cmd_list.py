@@ -1,4 +1,5 @@
-"""`infest list`: the shipped models and hardware, with their titles."""
+"""`infest list`: the shipped models (titles), the hardware (memory, bandwidth and dense
+peak math) and the op vocabulary."""
 from __future__ import annotations
 
 import argparse
@@ -8,22 +9,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """No options."""
 
 
+# Peaks shown in the hardware table, in this order; a part without one shows "-".
+_PEAKS = ("bf16", "fp8", "fp4", "int8", "fp32")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print each shipped spec's name, title and path, then the op vocabulary."""
+    """Print the shipped models, the shipped hardware, then the op vocabulary."""
     from infest.compiler.loader import load_program, shipped
     from infest.exports.human import table
-    for kind in ("models", "hardware"):
-        rows = []
-        for name, path in shipped(kind).items():
-            program = load_program(path)
-            blocks = program.models if kind == "models" else program.hardware
-            title = next(iter(blocks.values()))[0].title if blocks else ""
-            rows.append([name, title, str(path)])
-        print(f"{kind}:")
-        print(table(["name", "title", "path"], rows, right=set()))
-        print()
+    rows = []
+    for name, path in shipped("models").items():
+        blocks = load_program(path).models
+        title = next(iter(blocks.values()))[0].title if blocks else ""
+        rows.append([name, title, str(path)])
+    print("models:")
+    print(table(["name", "title", "path"], rows, right=set()))
+    print()
+    _print_hardware()
+    print()
     _print_ops()
     return 0
+
+
+def _print_hardware() -> None:
+    """A row per shipped hardware file: memory, bandwidth, dense peaks, link, GPUs a node."""
+    from infest.compiler.hardware import compile_hardware
+    from infest.compiler.loader import load_program, shipped
+    from infest.exports.human import si, table
+    rows = []
+    for name, path in shipped("hardware").items():
+        for hw_ast, file in load_program(path).hardware.values():
+            f = {k: float(v.value) for k, v in compile_hardware(hw_ast, file).fields.items()}
+            peaks = [si(f[f"flops_{d}"], "FLOP/s") if f"flops_{d}" in f else "-" for d in _PEAKS]
+            rows.append([name, hw_ast.title, si(f["mem_capacity"], "B"), si(f["mem_bw"], "B/s"),
+                         *peaks, si(f["link_bw"], "B/s") if "link_bw" in f else "-",
+                         str(int(f.get("gpus_per_node", 1)))])
+    headers = ["name", "title", "memory", "mem_bw", *(f"flops_{d}" for d in _PEAKS),
+               "link_bw", "gpus/node"]
+    print("hardware (dense peaks; '-': no such math):")
+    print(table(headers, rows, right=set(range(2, len(headers)))))
 
 
 def _print_ops() -> None:

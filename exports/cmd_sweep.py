@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from infest.exports.common import add_spec_args, make_analysis, parse_sets
+from infest.exports.common import add_spec_args, make_analysis, make_runner, parse_sets
 from infest.exports.plots import PLOT_KINDS, check_plot_path
 
 if TYPE_CHECKING:
-    from infest.compiler.api import Analysis
+    from infest.compiler.runner import Runner
     from infest.compiler.sweep import Sweep
 
 _INT_METRICS = {"memory.max_batch", "memory.max_context", "step.kernels"}
@@ -47,16 +47,18 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     overrides = parse_sets(args.set)
-    analysis = make_analysis(args)
-    results = sweep_over(analysis, overrides, Bs, Ns, args.metric, over)
-    if args.plot:
+    # Plots read the model's ops and titles (sympy); a plain sweep runs on the cached runner.
+    analysis = make_analysis(args) if args.plot else None
+    runner = analysis.runner if analysis is not None else make_runner(args)
+    results = sweep_over(runner, overrides, Bs, Ns, args.metric, over)
+    if analysis is not None:
         from infest.exports.plots import write_plot
         write_plot(analysis, overrides, Bs, Ns, Path(args.plot), args.plot_kind)
-    _print(analysis, results, args, over[0] if over else None)
+    _print(runner, results, args, over[0] if over else None)
     return 0
 
 
-def _print(analysis: "Analysis", results: list["Sweep"], args: argparse.Namespace,
+def _print(runner: "Runner", results: list["Sweep"], args: argparse.Namespace,
            axis: str | None) -> None:
     """One table, CSV block or JSON object per grid (the `--over` axis, if any, first)."""
     if args.csv:
@@ -66,10 +68,10 @@ def _print(analysis: "Analysis", results: list["Sweep"], args: argparse.Namespac
         if axis:
             sys.stdout.write(f'{{"over": {json.dumps(axis)}, "grids": [')
         for k, r in enumerate(results):
-            sys.stdout.writelines(([", "] if k else []) + list(json_parts(analysis, r)))
+            sys.stdout.writelines(([", "] if k else []) + list(json_parts(runner, r)))
         print("]}" if axis else "")
     else:
-        print("\n\n".join(to_table(analysis, r, axis) for r in results))
+        print("\n\n".join(to_table(runner, r, axis) for r in results))
 
 
 def metric_label(key: str) -> str:
@@ -135,25 +137,24 @@ def _csv_value(v: Any) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def to_json(analysis: "Analysis", result: "Sweep") -> dict:
+def to_json(runner: "Runner", result: "Sweep") -> dict:
     """Model, hardware, phase, metric, fixed inputs, the axes and every point."""
-    head = _json_head(analysis, result)
+    head = _json_head(runner, result)
     head["points"] = [p for i in range(len(result.B)) for p in _json_points(result, i)]
     return head
 
 
-def json_parts(analysis: "Analysis", result: "Sweep") -> Iterator[str]:
+def json_parts(runner: "Runner", result: "Sweep") -> Iterator[str]:
     """json.dumps(to_json(...)) in pieces, a B row of points at a time, for streaming."""
-    yield json.dumps(_json_head(analysis, result))[:-1] + ', "points": ['
+    yield json.dumps(_json_head(runner, result))[:-1] + ', "points": ['
     for i in range(len(result.B)):
         yield (", " if i else "") + ", ".join(json.dumps(p) for p in _json_points(result, i))
     yield "]}"
 
 
-def _json_head(analysis: "Analysis", result: "Sweep") -> dict:
-    return {"model": analysis.forms.model.name,
-            "hardware": analysis.hardware.name if analysis.hardware else None,
-            "phase": analysis.forms.phase, "metric": metric_label(result.metric),
+def _json_head(runner: "Runner", result: "Sweep") -> dict:
+    return {"model": runner.model, "hardware": runner.hardware,
+            "phase": runner.phase, "metric": metric_label(result.metric),
             "unit": metric_unit(result.metric),
             "inputs": {i.name: _plain(i.value) for i in result.inputs},
             "B": result.B.tolist(), "N": result.N.tolist()}
@@ -170,14 +171,14 @@ def _plain(value: Any) -> int | float:
     return int(value) if value.denominator == 1 else float(value)
 
 
-def to_table(analysis: "Analysis", result: "Sweep", axis: str | None = None) -> str:
+def to_table(runner: "Runner", result: "Sweep", axis: str | None = None) -> str:
     """B down, N across; a cell that does not fit in memory is marked with `*`."""
     from infest.exports.human import table
     cells, fits = _cell_texts(result), result.fits.tolist()
     rows = [[str(b)] + [_table_value(v) + ("" if ok else "*") for v, ok in zip(cells[i], fits[i])]
             for i, b in enumerate(result.B.tolist())]
     headers = ["B \\ N"] + [str(n) for n in result.N.tolist()]
-    heading = _heading(analysis, result) + (f" at {axis}={_fixed(result, axis)}" if axis else "")
+    heading = _heading(runner, result) + (f" at {axis}={_fixed(result, axis)}" if axis else "")
     parts = [heading, "", table(headers, rows, right=set(range(len(headers))))]
     if not result.fits.all():
         parts += ["", "* does not fit in device memory (weights + KV cache > mem_capacity)"]
@@ -194,10 +195,10 @@ def _table_value(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _heading(analysis: "Analysis", result: "Sweep") -> str:
+def _heading(runner: "Runner", result: "Sweep") -> str:
     unit = metric_unit(result.metric)
     fixed = " ".join(f"{i.name}={_plain(i.value)}" for i in result.inputs if i.name == "T")
-    hw = analysis.hardware.name if analysis.hardware else "?"
+    hw = runner.hardware or "?"
     what = metric_label(result.metric) + (f" ({unit})" if unit else "")
-    return (f"{analysis.forms.model.name} on {hw}, {analysis.forms.phase}"
+    return (f"{runner.model} on {hw}, {runner.phase}"
             f"{', ' + fixed if fixed else ''}: {what}; B down, N across")

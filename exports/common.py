@@ -9,6 +9,7 @@ from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
+    from infest.compiler.runner import Runner
 
 
 def add_spec_args(p: argparse.ArgumentParser, hw_required: bool, phase: bool = True) -> None:
@@ -62,3 +63,11 @@ def make_analysis(args: argparse.Namespace) -> "Analysis":
     from infest.compiler.api import analyze
     return analyze(args.spec, hw=args.hw, phase=args.phase, model=args.model,
                    policy=args.policy, engine=args.engine)
+
+
+def make_runner(args: argparse.Namespace) -> "Runner":
+    """The evaluator for the spec and hardware on the command line: read from the private
+    cache when nothing changed (no sympy import), else built and stored."""
+    from infest.compiler.cache import cached_runner
+    return cached_runner(args.spec, args.hw, phase=args.phase, model=args.model,
+                         policy=args.policy, engine=args.engine)

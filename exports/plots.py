@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PLOT_KINDS = ("all", "roofline", "time", "memory", "throughput", "bound")
 FORMATS = (".png", ".svg", ".pdf")
 BOUND_COLORS = {"compute": "#d62728", "weights": "#1f77b4", "kv": "#ff7f0e",
-                "launch": "#7f7f7f", "comm": "#2ca02c"}
+                "launch": "#7f7f7f", "comm": "#2ca02c", "host": "#9467bd"}
 LABELS, LABEL_SHARE = 5, 0.05  # roofline: name at most 5 ops, each >= 5% of the step
 
 

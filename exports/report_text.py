@@ -64,8 +64,19 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["kernels per step", _kernels(result)],
         ["collectives per step", f"{s['collectives']} calls, {si(s['comm_bytes'], 'B')} "
          f"({duration(s['t_comm_s'])})"],
+        *_offload_rows(result),
         ["binding ceiling", s["bound"]],
     ]
+
+
+def _offload_rows(result: dict) -> list[list[str]]:
+    """Expert weights fetched over the host link, when some experts live in host memory."""
+    s, i = result["step"], result["inputs"]
+    if not s["host_bytes"]:
+        return []
+    return [["expert offload (host link)",
+             f"{i['gpu_experts']} experts per layer in HBM; {si(s['host_bytes'], 'B')} of "
+             f"misses per step at {si(i['host_bw'], 'B/s')} ({duration(s['t_host_s'])})"]]
 
 
 def _per_gpu_rows(result: dict) -> list[list[str]]:

@@ -24,3 +24,10 @@ def soffice() -> str:
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         pytest.fail(f"{reason} (required because CI is set)", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every test (and every subprocess it starts) caches into a fresh folder, never
+    the user's ~/.cache/infest."""
+    os.environ["INFEST_CACHE_DIR"] = str(tmp_path_factory.mktemp("infest-cache"))

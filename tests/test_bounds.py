@@ -56,7 +56,9 @@ def test_link_latency_zero_leaves_the_bandwidth_term() -> None:
 
 
 def test_may_be_zero_is_declared_once() -> None:
-    assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency"}
+    # latencies, and the offload inputs (no expert resident, no measured hits)
+    assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency", "gpu_experts",
+                           "hit_rate"}
 
 
 @pytest.mark.parametrize("name", ["mem_bw", "flops_bf16", "mem_capacity", "link_bw", "B", "N"])

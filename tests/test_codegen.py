@@ -73,7 +73,11 @@ def test_deep_expressions_are_split_into_temporaries():
 def test_generated_source_refuses_foreign_names():
     check_vocabulary("def forms(a0):\n    t0 = np.maximum(a0, 1)\n    return (t0,)\n")
     with pytest.raises(ValueError, match="__import__"):
-        check_vocabulary("def forms(a0):\n    return (__import__('os'),)\n")
+        check_vocabulary("def forms(a0):\n    return (__import__(a0),)\n")
+    with pytest.raises(ValueError, match="__class__"):
+        check_vocabulary("def forms(a0):\n    return (a0.__class__,)\n")
+    with pytest.raises(ValueError, match="character"):  # no strings, no comments
+        check_vocabulary("def forms(a0):\n    return ('os',)\n")
 
 
 def test_params_named_like_generated_code(tmp_path: Path):

@@ -160,7 +160,7 @@ def test_unknown_model_type_is_named() -> None:
     ({"hidden_size": "4096"}, "'hidden_size' must be a positive integer"),
     ({"num_hidden_layers": 0}, "'num_hidden_layers' must be a positive integer"),
     ({"hidden_act": "relu2"}, "'hidden_act'"),
-    ({"quantization_config": {"quant_method": "awq"}}, "'quantization_config.quant_method'"),
+    ({"quantization_config": {"quant_method": "exl3"}}, "'quantization_config.quant_method'"),
 ])
 def test_bad_fields_are_named(change: dict, field: str) -> None:
     assert field in error_of(config("meta-llama--Meta-Llama-3.1-8B") | change)

@@ -154,3 +154,17 @@ def test_bad_speculation_is_a_one_line_error(extra, message, capsys) -> None:
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("verb", ["serve", "plan"])
+def test_a_request_beyond_the_trained_context_is_refused(capsys, verb):
+    # Llama 3.1 8B: trained_context = 131072. The last output token is produced from
+    # ISL + OSL - 1 tokens: 130000 + 1073 - 1 = 131072 fits exactly, one more does not.
+    demand = ["--concurrency", "1"] if verb == "serve" else ["--users", "1"]
+    base = [verb, str(LLAMA8), "--hw", "h200_sxm", "--isl", "130000"] + demand
+    assert main(base + ["--osl", "1073"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--osl", "1074"]) == 1
+    err = capsys.readouterr().err
+    assert "llama3_1_8b.arch:5:3: error: --isl 130000 + --osl 1074 needs a context of " \
+           "131,073 tokens; the model was trained for 131,072" in err

@@ -35,8 +35,7 @@ from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.ops import KV_ELEM_NAME
 from infest.compiler.symbols import BUILTIN_DOC, sym
-from infest.dsl.errors import SpecError
-from infest.exports.excel_printer import excel_formula, excel_formula_split
+from infest.exports.excel_printer import excel_formula_split
 from infest.exports.xlsx_names import Namer
 
 if TYPE_CHECKING:
@@ -648,22 +647,20 @@ def _charts_sheet(b: _Builder) -> None:
 
 
 def _chart_ranges(b: _Builder) -> dict[str, tuple[float, float]]:
-    """Powers of ten around the values of the points that fit (at the write-time inputs),
-    so the charts' log axes span the data, not default decades."""
-    seen: dict[str, list[float]] = {"tokens_per_s": [], "time_s": []}
-    for batch in SWEEP_B:
-        for n in SWEEP_N:
-            try:
-                values = b.analysis.evaluate({**b.overrides, "B": batch, "N": n})
-            except SpecError:
-                continue  # a point eval refuses (past the trained context) draws nothing
-            if values["memory"]["fits"]:
-                for key in seen:
-                    seen[key].append(float(values["step"][key]))
-    return {key: _decades(v) for key, v in seen.items()}
+    """Powers of ten around the values of the points that fit (at the write-time inputs,
+    contexts the model was trained for), so the log axes span the data."""
+    from infest.compiler.sweep import sweep, within_trained_context
+    fixed = {k: v for k, v in b.overrides.items() if k not in ("B", "N")}  # the grid's own
+    contexts = within_trained_context(b.analysis, fixed, SWEEP_N)
+    ranges = {}
+    for key in ("tokens_per_s", "time_s"):
+        grid = sweep(b.analysis, fixed, SWEEP_B, contexts, key)
+        ranges[key] = _decades([float(v) for v in grid.values[grid.fits]])
+    return ranges
 
 
 def _decades(values: list[float]) -> tuple[float, float]:
+    """The powers of ten just below the smallest and above the largest value."""
     if not values:
         return 1.0, 10.0
     lo, hi = min(values), max(values)

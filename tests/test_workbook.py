@@ -270,3 +270,13 @@ def test_no_empty_sheets_and_a_how_to_first(tmp_path: Path) -> None:
     text = " ".join(str(c.value) for c in wb["How to use"]["B"])
     assert "hard bound" in text.lower() or "no engine beats them" in text
     assert "launch floor" in text and "kv_bytes_per_elem" in text
+
+
+def test_compile_with_set_batch_writes_that_batch(tmp_path: Path) -> None:
+    # --set B=8 is the Inputs' B; the charts' axis ranges come from the grid's own B and N.
+    from infest.exports.cli import main
+    path = tmp_path / "llama.xlsx"
+    assert main(["compile", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
+                 "--xlsx", str(path), "--set", "B=8", "--set", "mem_bw=2.5e12"]) == 0
+    wb = openpyxl.load_workbook(path)
+    assert _cell(wb, "in_B").value == 8 and _cell(wb, "in_mem_bw").value == 2.5

@@ -2,9 +2,9 @@
 
     python bench/render_workbook.py [SPEC] [HW] [OUT_DIR]
 
-Writes OUT_DIR/book.xlsx, OUT_DIR/book.pdf and OUT_DIR/page-N.png (needs soffice and
-pdftoppm from poppler-utils). A developer tool: the tests compare numbers, this shows
-whether the charts and sheets read well.
+Writes OUT_DIR/book.xlsx, OUT_DIR/pdf/book.pdf and OUT_DIR/<n>-<sheet>.png, one page per
+sheet (needs soffice, and pypdfium2 or pdftoppm from poppler-utils). A developer tool:
+the tests compare numbers, this shows whether the charts and sheets read well.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import openpyxl
 
 from infest.compiler.api import analyze
 from infest.exports.libreoffice import to_pdf
@@ -26,13 +28,31 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     book = write_workbook(analyze(spec, hw=hw), out / "book.xlsx", {})
     pdf = to_pdf(book, out / "pdf")
-    if shutil.which("pdftoppm") is None:
-        print(f"wrote {pdf}; install poppler-utils for PNG pages")
-        return 0
-    subprocess.run(["pdftoppm", "-png", "-r", "60", str(pdf), str(out / "page")], check=True)
-    for page in sorted(out.glob("page-*.png")):
+    sheets = [ws.title.lower().replace(" ", "-") for ws in openpyxl.load_workbook(book).worksheets]
+    for page in _pages(pdf, out, [f"{i + 1}-{name}" for i, name in enumerate(sheets)]):
         print(page)
     return 0
+
+
+def _pages(pdf: Path, out: Path, names: list[str]) -> list[Path]:
+    """One PNG per page (the workbook prints one page per sheet), named after its sheet."""
+    try:
+        import pypdfium2
+    except ImportError:
+        if shutil.which("pdftoppm") is None:
+            print(f"wrote {pdf}; install pypdfium2 or poppler-utils for PNG pages")
+            return []
+        subprocess.run(["pdftoppm", "-png", "-r", "60", str(pdf), str(out / "page")], check=True)
+        return sorted(out.glob("page-*.png"))
+    paths = []
+    for i, page in enumerate(pypdfium2.PdfDocument(str(pdf))):
+        path = out / f"{names[i] if i < len(names) else f'page-{i + 1}'}.png"
+        page.render(scale=SCALE).to_pil().save(path, optimize=True)
+        paths.append(path)
+    return paths
+
+
+SCALE = 1.4  # pixels per PDF point: legible text, pictures of ~100 KB
 
 
 if __name__ == "__main__":

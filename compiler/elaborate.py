@@ -20,7 +20,7 @@ from infest.compiler.cost import Cost
 from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.engine import Fusion, fusion_of
 from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
+from infest.compiler.ops import KV_ELEM, KV_ELEM_NAME, COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
 from infest.compiler.params import TRAINED_CONTEXT, Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, N, T, sym
 
@@ -173,6 +173,7 @@ def _finish(model: ast.Model, file: str, state: _State, scope: _Scope) -> Compil
     _check_policies(state)
     _require_trained_context(state)
     state.errors.raise_if_any()
+    _kv_elem_input(model, state)
     return CompiledModel(model.name, model.title, file, state.params,
                          list(state.nodes.values()), _dtypes_of(scope, {}),
                          policies=state.policies, constraints=dedupe(state.constraints),
@@ -186,6 +187,30 @@ def _require(state: _State, kind: str, lhs: sympy.Expr, what: str, span: Span | 
     """Record a condition to re-check at evaluated inputs, if it depends on any."""
     if lhs.free_symbols or (rhs is not None and rhs.free_symbols):
         state.constraints.append(Constraint(kind, lhs, rhs, what, span, hint))
+
+
+def _kv_elem_input(model: ast.Model, state: _State) -> None:
+    """Bytes per KV element as the input `kv_bytes_per_elem` (default: the kv dtype) when
+    every cache holds one dtype, so `--set kv_bytes_per_elem=1` is the fp8 cache; a spec
+    whose caches mix dtypes keeps each op's own bytes. A spec's own param of that name wins."""
+    cached = [n for n in state.nodes.values() if KV_ELEM in n.kv_per_token.free_symbols]
+    kinds = {n.dtypes.kv.bytes for n in cached}
+    if not cached or KV_ELEM_NAME in state.params:
+        return
+    if len(kinds) == 1:
+        state.params[KV_ELEM_NAME] = Param(KV_ELEM_NAME, KV_ELEM, kinds.pop(), None, model.name_span)
+        return
+    for n in cached:
+        state.nodes[n.name] = _with_kv_bytes(n, sympy.Rational(n.dtypes.kv.bytes.numerator,
+                                                                n.dtypes.kv.bytes.denominator))
+
+
+def _with_kv_bytes(node: OpNode, elem: sympy.Expr) -> OpNode:
+    """The node with its own KV bytes per element in place of the input."""
+    swap = {KV_ELEM: elem}
+    cost = replace(node.cost, kv_bytes=node.cost.kv_bytes.xreplace(swap))
+    return replace(node, cost=cost, kv_cache=node.kv_cache.xreplace(swap),
+                   kv_per_token=node.kv_per_token.xreplace(swap))
 
 
 def _require_trained_context(state: _State) -> None:

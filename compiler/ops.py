@@ -97,6 +97,12 @@ def _act(op: OpIn, elements: sympy.Expr) -> sympy.Expr:
     return elements * _b(op.dt.act)
 
 
+# Bytes per KV-cache element: an input (the spec's kv dtype by default, see
+# compiler/elaborate.py) so a what-if switches the cache to fp8 without editing the spec.
+KV_ELEM_NAME = "kv_bytes_per_elem"
+KV_ELEM = sym(KV_ELEM_NAME)
+
+
 def _b(dtype: DType) -> sympy.Expr:
     return sympy.Rational(dtype.bytes.numerator, dtype.bytes.denominator)
 
@@ -177,7 +183,7 @@ def _attention(op: OpIn) -> OpOut:
     _require(op, 0, h * hd, "q must be heads * head_dim wide")
     for i in (1, 2):
         _require(op, i, hkv * hd, "k and v must be kv_heads * head_dim wide")
-    per_token = 2 * hkv * hd * _b(op.dt.kv)  # K and V
+    per_token = 2 * hkv * hd * KV_ELEM  # K and V
     # Attention sinks (gpt-oss): one learned logit per head joins every softmax; its
     # FLOPs (one extra term per head per query) are negligible and not counted.
     sinks = h if op.args.get("sinks", 0) else sympy.Integer(0)
@@ -196,7 +202,7 @@ def _mla(op: OpIn) -> OpOut:
     _require(op, 0, h * (nope + rope), "q must be heads * (nope_dim + rope_dim) wide")
     _require(op, 1, rank + rope, "the latent must be kv_lora_rank + rope_dim wide")
     params = rank * h * (nope + vd)  # kv_b_proj, absorbed into q and the output
-    per_token = (rank + rope) * _b(op.dt.kv)
+    per_token = (rank + rope) * KV_ELEM
     absorb = 2 * h * rank * (nope + vd)             # q_nope -> latent, latent -> v
     per_key = 2 * h * (rank + rope) + 2 * h * rank  # scores over latent+rope, values over latent
     cost = Cost(flops=op.tokens * (absorb + per_key * _keys_per_query(op)),

@@ -24,7 +24,7 @@ PLOT_KINDS = ("all", "roofline", "time", "memory", "throughput", "bound")
 FORMATS = (".png", ".svg", ".pdf")
 BOUND_COLORS = {"compute": "#d62728", "weights": "#1f77b4", "kv": "#ff7f0e",
                 "launch": "#7f7f7f", "comm": "#2ca02c", "host": "#9467bd"}
-_MAX_LINES = 6  # more lines than this on one axis stop being readable
+LABELS, LABEL_SHARE = 5, 0.05  # roofline: name at most 5 ops, each >= 5% of the step
 
 
 def check_plot_path(path: str | Path) -> None:
@@ -77,6 +77,13 @@ def write_plot(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int]
                Ns: list[int], path: Path, kind: str = "all") -> Path:
     """Draw `kind` for this sweep and save it (format from the suffix)."""
     check_plot_path(path)
+    build_figure(analysis, overrides, Bs, Ns, kind).savefig(path, dpi=110)
+    return path
+
+
+def build_figure(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
+                 Ns: list[int], kind: str = "all"):
+    """The matplotlib Figure of `kind` for this sweep (tests read what it shows)."""
     if kind not in PLOT_KINDS:
         raise fail(None, f"unknown plot kind {kind!r}", f"one of {', '.join(PLOT_KINDS)}")
     from infest.compiler.sweep import within_trained_context
@@ -89,8 +96,7 @@ def write_plot(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int]
     for ax, (_, draw) in zip(axes, panels):
         draw(ax, ctx)
     fig.suptitle(f"{ctx.name}, {analysis.forms.phase}", fontsize=14, fontweight="bold")
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def _figure(n: int):
@@ -122,7 +128,7 @@ def _default_contexts() -> list[int]:
     return [2**k for k in range(7, 18)]
 
 
-def _pick(values: list[int], k: int = _MAX_LINES) -> list[int]:
+def _pick(values: list[int], k: int) -> list[int]:
     """Up to k values spread over the list (its ends included)."""
     import numpy as np
     idx = np.unique(np.linspace(0, len(values) - 1, min(k, len(values))).round().astype(int))
@@ -136,6 +142,14 @@ def _log_if_wide(ax, axis: str, values: Any, ratio: float = 30.0) -> None:
     v = v[np.isfinite(v) & (v > 0)]
     if v.size and v.max() / v.min() > ratio:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
+def _shades(n: int) -> list:
+    """n colours along one ordered colour map: many lines stay distinguishable and
+    their order (batch or context) reads from the colour."""
+    from matplotlib import colormaps
+    cmap = colormaps["viridis"]
+    return [cmap(0.9 * i / max(n - 1, 1)) for i in range(n)]
 
 
 def _ms(seconds: Any) -> Any:
@@ -215,12 +229,15 @@ def _op_points(ctx: _Ctx, values: Mapping[str, Any], j: int, n: int) -> list[tup
 
 
 def _label_points(ax, points: list[tuple]) -> None:
-    """Name each point once; ops that land on the same spot share one label."""
+    """Name the few ops that carry the step (the largest shares of its time, at least
+    LABEL_SHARE each); ops that land on the same spot share one label. The rest are
+    markers whose size already says they matter little."""
     import math
     spots: dict[tuple[float, float], list[str]] = {}
-    for name, x, y, _ in points:
+    big = sorted(points, key=lambda p: -p[3])[:LABELS]
+    for name, x, y, _ in [p for p in big if p[3] >= LABEL_SHARE]:
         spots.setdefault((round(math.log10(x), 1), round(math.log10(y), 1)), []).append(name)
-    placed = {key: (x, y) for name, x, y, _ in points
+    placed = {key: (x, y) for name, x, y, _ in big
               for key in [(round(math.log10(x), 1), round(math.log10(y), 1))]}
     for key, names in spots.items():
         text = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
@@ -237,8 +254,8 @@ def _roof_range(intensities: list[float], ctx: _Ctx) -> tuple[float, float]:
 # ---- (b) time and tokens/s against context ------------------------------------------
 
 def time_vs_context(ax, ctx: _Ctx) -> None:
-    """Step time lower bound against N, one line per batch size; OOM dotted."""
-    _per_batch_lines(ax, ctx, "step.time_s", _ms, "step time lower bound (ms)",
+    """Step time with the launch floor against N, one line per batch size; OOM dotted."""
+    _per_batch_lines(ax, ctx, "step.time_s", _ms, "step time with launch floor (ms)",
                      "Step time vs N")
 
 
@@ -249,23 +266,24 @@ def tokens_vs_context(ax, ctx: _Ctx) -> None:
 
 
 def _per_batch_lines(ax, ctx: _Ctx, key: str, scale, ylabel: str, title: str) -> None:
+    """A line per batch size asked for, coloured small (light) to large (dark)."""
     import numpy as np
-    batches = _pick(ctx.Bs)
-    values = ctx.grid(batches, ctx.Ns)
-    shape = (len(batches), len(ctx.Ns))
+    values = ctx.grid(ctx.Bs, ctx.Ns)
+    shape = (len(ctx.Bs), len(ctx.Ns))
     y = scale(np.broadcast_to(values[key], shape))
     fits = np.broadcast_to(values["memory.fits"], shape)
-    for i, b in enumerate(batches):
-        _fit_split_line(ax, ctx.Ns, y[i], fits[i], f"C{i}", f"B={b}")
+    colors = _shades(len(ctx.Bs))
+    for i, b in enumerate(ctx.Bs):
+        _fit_split_line(ax, ctx.Ns, y[i], fits[i], colors[i], f"B={b}")
     _log_if_wide(ax, "x", ctx.Ns)
     _log_if_wide(ax, "y", y)
     ax.set(xlabel=ctx.n_label, ylabel=ylabel,
            title=f"{title} (dotted: does not fit in memory)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=7, ncol=2 if len(ctx.Bs) <= 12 else 3)
     ax.grid(True, which="both", alpha=0.25)
 
 
-def _fit_split_line(ax, xs, ys, fits, color: str, label: str) -> None:
+def _fit_split_line(ax, xs, ys, fits, color, label: str) -> None:
     """Solid where the point fits in memory, dotted past it (joined at the boundary)."""
     import numpy as np
     oom = ~np.asarray(fits, dtype=bool)
@@ -303,24 +321,25 @@ def memory_vs_batch(ax, ctx: _Ctx) -> None:
 def throughput_tradeoff(ax, ctx: _Ctx) -> None:
     """Each curve: one context; points: batch sizes; hollow: does not fit."""
     import numpy as np
-    contexts = _pick(ctx.Ns, 5)
+    contexts = ctx.Ns
     v = ctx.grid(ctx.Bs, contexts)
     shape = (len(ctx.Bs), len(contexts))
     total = np.broadcast_to(v["step.tokens_per_s"], shape)
     fits = np.broadcast_to(v["memory.fits"], shape)
     per_seq = total / np.asarray(ctx.Bs, dtype=float)[:, None]
     placed: list[tuple[float, float]] = []
+    colors = _shades(len(contexts))
     for j, n in enumerate(contexts):
-        _tradeoff_curve(ax, ctx.Bs, total[:, j], per_seq[:, j], fits[:, j], f"C{j}", n, placed)
+        _tradeoff_curve(ax, ctx.Bs, total[:, j], per_seq[:, j], fits[:, j], colors[j], n, placed)
     _log_if_wide(ax, "x", total)
     _log_if_wide(ax, "y", per_seq)
     ax.set(xlabel=f"aggregate {ctx.tokens} (all sequences)", ylabel=f"{ctx.tokens} per sequence",
            title="Per-sequence vs aggregate throughput (labels: B; hollow: OOM)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=1 if len(contexts) <= 8 else 2)
     ax.grid(True, which="both", alpha=0.25)
 
 
-def _tradeoff_curve(ax, Bs, total, per_seq, fits, color: str, n: int,
+def _tradeoff_curve(ax, Bs, total, per_seq, fits, color, n: int,
                     placed: list[tuple[float, float]]) -> None:
     """One context's curve; a few points labelled with B where no label sits already."""
     import math

@@ -16,7 +16,7 @@ from infest.exports.cmd_compile import substituted_forms
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = ["B", "N", "T", "mem_bw", "launch_overhead", "flops_bf16", "hidden", "layers", "heads",
-         "kv_heads", "ffn", "vocab"]
+         "kv_heads", "ffn", "vocab", "kv_bytes_per_elem"]
 
 
 def _golden(path: Path) -> list[tuple[str, sympy.Expr]]:

@@ -41,3 +41,37 @@ def test_cli_sweep_plot(tmp_path: Path, capsys) -> None:
     assert code == 0
     assert out.read_bytes().startswith(PNG_MAGIC)
     assert "B \\ N" in capsys.readouterr().out   # the table still prints
+
+
+def _panel(fig, title_start: str):
+    return next(ax for ax in fig.axes if ax.get_title().startswith(title_start))
+
+
+def test_time_and_throughput_panels_show_every_batch_asked_for(llama) -> None:
+    from infest.exports.plots import build_figure
+    fig = build_figure(llama, {}, BS, NS, "time")
+    for title in ("Step time vs N", "Throughput vs N"):
+        ax = _panel(fig, title)
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == [f"B={b}" for b in BS]  # all five, in order, none dropped
+    time_ax = _panel(fig, "Step time vs N")
+    assert time_ax.get_ylabel() == "step time with launch floor (ms)"
+    assert "lower bound" not in time_ax.get_ylabel()
+
+
+def test_throughput_tradeoff_draws_every_context(llama) -> None:
+    from infest.exports.plots import build_figure
+    fig = build_figure(llama, {}, BS, NS, "throughput")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == [f"N={n}" for n in NS]
+
+
+def test_roofline_names_only_the_ops_that_carry_the_step(llama) -> None:
+    from infest.exports.plots import LABELS, build_figure
+    fig = build_figure(llama, {}, BS, NS, "roofline")
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    # Llama 3.1 8B decode at B=1: the MLP's g, u, d (3 x 117 MB of weights per layer) and
+    # the attention projections carry the step; 21 ops would otherwise each get a label.
+    assert 1 <= len(labels) <= LABELS
+    assert any("g" in text.split(", ") for text in labels)
+    assert not any("rmsnorm" in text for text in labels)  # 25 kB per call: not worth a label

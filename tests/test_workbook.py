@@ -44,14 +44,27 @@ def _assert_close(got, want, key: str) -> None:
 
 
 def _no_error_cells(wb: openpyxl.Workbook) -> list:
+    """Error values, except the #N/A the charts' grids hold on purpose (points that do
+    not fit: a chart leaves #N/A out)."""
+    charts = _chart_rows(wb["Sweep"])
     return [(ws.title, c.coordinate, c.value) for ws in wb for row in ws.iter_rows()
             for c in row if isinstance(c.value, str)
-            and (c.value.startswith("#") or c.value.startswith("Err:"))]
+            and (c.value.startswith("#") or c.value.startswith("Err:"))
+            and not (ws.title == "Sweep" and c.row in charts and c.value == "#N/A")]
+
+
+def _chart_rows(ws) -> set[int]:
+    """Rows of the Sweep sheet's chart-data grids: from their title to the next blank."""
+    rows: set[int] = set()
+    for cell in ws["A"]:
+        if isinstance(cell.value, str) and cell.value.startswith("chart data"):
+            rows.update(range(cell.row, cell.row + 12))
+    return rows
 
 
 CASES = [
     ("llama3_1_8b.arch", "h100_sxm", "decode", {}),
-    ("llama3_1_8b.arch", "h100_sxm", "decode", {"B": 48, "N": 30000, "mem_bw": 2.5e12}),
+    ("llama3_1_8b.arch", "h100_sxm", "decode", {"B": 48, "N": 30000, "mem_bw": 2.5}),
     ("llama3_1_8b.arch", "h200_sxm", "prefill", {"B": 3, "N": 8192}),
     ("qwen3_30b_a3b.arch", "gh200", "decode", {"B": 64, "N": 16384, "top_k": 4}),
     # Layouts edited in the workbook: tp and pp (tp x pp = 16 > 8 per node: the network).
@@ -67,14 +80,32 @@ def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, 
                               edits: dict) -> None:
     analysis = analyze(MODELS / spec, hw=hw, phase=phase)
     wb = _recalculated(tmp_path, analysis, edits, soffice)
-    expected = analysis.evaluate(edits)
+    expected = analysis.evaluate(_base(edits))
+    _assert_outputs(wb, expected)
+    for name, value in expected["inputs"].items():
+        assert _cell(wb, f"in_{name}").value == pytest.approx(value / HUMAN.get(name, 1), rel=1e-12)
+        if name in HUMAN:  # the base-unit cell the formulas use
+            assert _cell(wb, f"base_{name}").value == pytest.approx(value, rel=1e-12)
+
+
+def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
+    """Every memory and step key equals eval's; no error cell anywhere."""
     assert _no_error_cells(wb) == []
     for section in ("memory", "step"):
         for key, want in expected[section].items():
             name = "out_step_kv_bytes" if (section, key) == ("step", "kv_bytes") else f"out_{key}"
             _assert_close(_cell(wb, name).value, want, key)
-    for name, value in expected["inputs"].items():
-        assert _cell(wb, f"in_{name}").value == pytest.approx(value, rel=1e-12)
+
+
+# Inputs typed in human units: base units per unit (TB/s, GB, us, TFLOP/s).
+HUMAN = {"mem_bw": 1e12, "link_bw": 1e12, "net_bw": 1e12, "host_bw": 1e12,
+         "mem_capacity": 1e9, "host_capacity": 1e9, "launch_overhead": 1e-6,
+         "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12}
+
+
+def _base(edits: dict) -> dict:
+    """Workbook edits (human units) as eval's --set values (base units)."""
+    return {k: v * HUMAN.get(k, 1) for k, v in edits.items()}
 
 
 def test_sweep_cells_equal_eval(tmp_path: Path, soffice: str) -> None:
@@ -96,7 +127,7 @@ def test_every_name_is_a_valid_excel_name(tmp_path: Path) -> None:
     names = list(wb.defined_names)
     assert all(check_excel_name(n) == n for n in names)
     assert {"in_B", "in_N", "in_T", "in_hidden", "in_mem_bw", "out_time_s", "out_fits",
-            "out_max_batch", "out_bound"} <= set(names)
+            "out_max_batch", "out_bound", "in_kv_bytes_per_elem", "base_mem_bw"} <= set(names)
 
 
 @pytest.mark.parametrize("name", ["B1", "H100", "fp8", "R", "C", "R1C1", "1x", "a b"])
@@ -110,20 +141,142 @@ def test_formula_cells_carry_their_symbolic_form(tmp_path: Path) -> None:
     wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
     cell = _cell(wb, "out_kv_bytes")
     assert cell.value.startswith("=") and "in_B" in cell.value and "in_N" in cell.value
-    # The cache held: 2 (K, V) * layers * kv_heads * head_dim (hidden/heads) * 2 bytes per
-    # token, for B sequences of N + T tokens.
-    assert cell.comment.text == "4*B*hidden*kv_heads*layers*(N + T)/heads"
+    # The cache held: 2 (K, V) * layers * kv_heads * head_dim (hidden/heads) *
+    # kv_bytes_per_elem per token, for B sequences of N + T tokens.
+    assert cell.comment.text == "2*B*hidden*kv_bytes_per_elem*kv_heads*layers*(N + T)/heads"
 
 
 def test_graphs_engine_workbook_keeps_launch_overhead_a_live_input(tmp_path: Path, soffice: str) -> None:
     # --engine graphs: fused kernels (227 for Llama 3.1 8B), launch_overhead 1.5 us by
     # default; a planner sets 1 us and LibreOffice gives eval's numbers at that value.
     analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="graphs")
-    edits = {"launch_overhead": 1e-6, "B": 4}
+    edits = {"launch_overhead": 1, "B": 4}  # 1 us
     wb = _recalculated(tmp_path, analysis, edits, soffice)
-    expected = analysis.evaluate(edits)
+    expected = analysis.evaluate(_base(edits))
     assert _no_error_cells(wb) == []
     assert _cell(wb, "out_kernels").value == 227
     assert _cell(wb, "out_t_launch_s").value == pytest.approx(227 * 1e-6)  # 227 us
     for key in ("time_s", "act_bytes", "roofline_s"):
         _assert_close(_cell(wb, f"out_{key}").value, expected["step"][key], key)
+
+
+def test_planner_edits_kv_dtype_bandwidth_and_batch(tmp_path: Path, soffice: str) -> None:
+    # The planner's what-if: an fp8 KV cache (1 byte per element), 2.5 TB/s typed as 2.5,
+    # 64 sequences; LibreOffice's numbers are eval's at the same (base-unit) inputs.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    edits = {"kv_bytes_per_elem": 1, "mem_bw": 2.5, "B": 64}
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    _assert_outputs(wb, analysis.evaluate(_base(edits)))
+    # By hand, N = 4096, T = 1: KV per sequence = 2 * 32 layers * 8 kv_heads * 128 * 1 byte
+    # * 4097 tokens = 268,500,992 bytes; room = 80e9 - 16,060,522,496 weight bytes =
+    # 63,939,477,504; 63,939,477,504 / 268,500,992 = 238.1 -> 238 (bf16: 119).
+    assert _cell(wb, "out_max_batch").value == 238
+    assert _cell(wb, "base_mem_bw").value == 2.5e12
+
+
+def test_unfit_point_is_red_and_not_achievable(tmp_path: Path, soffice: str) -> None:
+    # B = 512 at N = 4096 needs 512 * 537,001,984 KV bytes = 275 GB > 80 GB: not achievable.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = _recalculated(tmp_path, analysis, {"B": 512}, soffice)
+    assert _cell(wb, "out_fits").value is False
+    summary = wb["Summary"]
+    also = {summary.cell(r, 1).value: summary.cell(r, 6).value for r in range(2, summary.max_row + 1)}
+    assert also["memory.fits"] == "DOES NOT FIT in memory"
+    assert also["step.tokens_per_s"] == "NOT ACHIEVABLE: does not fit in memory"
+    rules = [(str(rng.sqref), r.formula) for rng in summary.conditional_formatting for r in rng.rules]
+    fits_row = _cell(wb, "out_fits").row
+    assert (f"A{fits_row}:F{fits_row}", ["NOT(out_fits)"]) in rules
+
+
+def test_sweep_chart_data_leaves_out_exactly_the_unfit_points(tmp_path: Path, soffice: str) -> None:
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = _recalculated(tmp_path, analysis, {}, soffice)
+    ws = wb["Sweep"]
+    top = {ws.cell(r, 1).value: r for r in range(1, ws.max_row + 1)}
+    fits, chart = top["fits in memory"], top["chart data: tokens/s where it fits (#N/A: does not fit)"]
+    values = top["tokens/s (upper bound)"]
+    unfit = 0
+    for i in range(2, 11):
+        for j in range(2, 10):
+            if ws.cell(fits + i, j).value:
+                assert ws.cell(chart + i, j).value == ws.cell(values + i, j).value
+            else:
+                unfit += 1
+                assert ws.cell(chart + i, j).value == "#N/A"
+    # B = 256 at N = 1024: 256 * 131,072 * 1025 = 34.4 GB + 16.1 GB fits; B = 256 at
+    # N = 131072 (137 GB of KV) does not: both kinds of point are on the grid.
+    assert ws.cell(fits + 10, 2).value is True and ws.cell(fits + 10, 9).value is False
+    assert 0 < unfit < 72
+
+
+def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "qwen3_30b_a3b.arch", hw="h200_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    for ws in wb:
+        for row in ws.iter_rows():
+            for c in row:
+                styled = c.fill.fgColor.rgb == "00FFF2CC"
+                formula = isinstance(c.value, str) and c.value.startswith("=")
+                assert not (styled and formula), (ws.title, c.coordinate)
+    inputs = wb["Inputs"]
+    units = {inputs.cell(r, 1).value: inputs.cell(r, 3).value for r in range(2, inputs.max_row + 1)}
+    assert (units["mem_bw"], units["mem_capacity"], units["launch_overhead"]) == ("TB/s", "GB", "us")
+    assert units["flops_bf16"] == "TFLOP/s" and units["N"] == "tokens"
+    # 4.8 TB/s and 141 GB (H200 SXM) typed as 4.8 and 141; 4 us as 4.
+    assert _cell(wb, "in_mem_bw").value == 4.8 and _cell(wb, "in_mem_capacity").value == 141
+    assert _cell(wb, "in_launch_overhead").value == 4
+    assert _cell(wb, "base_mem_bw").value == "=in_mem_bw*1E+12"
+
+
+def test_inputs_are_validated_whole_positive_or_zero_ok(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    ws = wb["Inputs"]
+    rule_of = {}
+    for dv in ws.data_validations.dataValidation:
+        for rng in dv.sqref.ranges:
+            for row in range(rng.min_row, rng.max_row + 1):
+                rule_of[ws.cell(row, 1).value] = (dv.type, dv.operator, dv.formula1)
+    assert {rule_of[n] for n in ("B", "N", "T", "tp", "pp", "layers", "gpus_per_node")} == \
+        {("whole", "greaterThan", "0")}
+    assert rule_of["mem_bw"] == rule_of["kv_bytes_per_elem"] == ("decimal", "greaterThan", "0")
+    assert rule_of["launch_overhead"] == ("decimal", "greaterThanOrEqual", "0")
+    assert len(rule_of) == ws.max_row - 1  # every input row has a rule
+
+
+def test_summary_formulas_name_their_parts_and_stay_short(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "deepseek_v3.arch", hw="h200_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    assert _cell(wb, "out_total_bytes").value == "=out_kv_bytes+out_weights_bytes"
+    assert _cell(wb, "out_total_bytes_per_gpu").value == \
+        "=out_kv_bytes_per_gpu+out_weights_bytes_per_gpu"
+    assert "out_weights_bytes_per_gpu" in _cell(wb, "out_max_batch").value
+    assert _cell(wb, "out_tokens_per_s").value == "=in_B*in_T/out_roofline_s"
+    groups = [n for n in wb.defined_names if n.startswith("params_group_")]
+    assert "params_group_experts" in groups
+    assert _cell(wb, "params_total").value == "=" + "+".join(sorted(groups))
+    ws = wb["Summary"]
+    longest = max(len(str(ws.cell(r, 2).value)) for r in range(2, ws.max_row + 1))
+    assert longest < 1000, longest
+
+
+def test_no_empty_sheets_and_a_how_to_first(tmp_path: Path) -> None:
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
+    assert wb.sheetnames[:6] == ["How to use", "Inputs", "Summary", "Ops", "Sweep", "Charts"]
+    assert "Helpers" not in wb.sheetnames  # nothing needed splitting for Llama
+    for ws in wb:
+        assert ws.max_row > 1 or ws._charts, ws.title
+    text = " ".join(str(c.value) for c in wb["How to use"]["B"])
+    assert "hard bound" in text.lower() or "no engine beats them" in text
+    assert "launch floor" in text and "kv_bytes_per_elem" in text
+
+
+def test_compile_with_set_batch_writes_that_batch(tmp_path: Path) -> None:
+    # --set B=8 is the Inputs' B; the charts' axis ranges come from the grid's own B and N.
+    from infest.exports.cli import main
+    path = tmp_path / "llama.xlsx"
+    assert main(["compile", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
+                 "--xlsx", str(path), "--set", "B=8", "--set", "mem_bw=2.5e12"]) == 0
+    wb = openpyxl.load_workbook(path)
+    assert _cell(wb, "in_B").value == 8 and _cell(wb, "in_mem_bw").value == 2.5

@@ -11,7 +11,8 @@ from infest.compiler.api import analyze
 ROOT = Path(__file__).resolve().parents[1]
 HW = """
 hardware hw { mem_capacity = 1 GB; mem_bw = 1 TB/s; launch_overhead = 2 us
-  flops_bf16 = 100 TFLOP/s; flops_fp8 = 200 TFLOP/s; flops_fp32 = 50 TFLOP/s }
+  flops_bf16 = 100 TFLOP/s; flops_fp8 = 200 TFLOP/s; flops_fp32 = 50 TFLOP/s
+  link_bw = 450 GB/s; link_latency = 5 us; gpus_per_node = 8 }
 """
 # A Qwen3-Next-style Gated DeltaNet layer (Qwen/Qwen3-Next-80B-A3B-Instruct config.json:
 # hidden_size 2048, linear_num_key_heads 16, linear_num_value_heads 32,
@@ -183,3 +184,18 @@ def test_gpt_oss_expert_biases_in_bf16(tmp_path: Path) -> None:
     # one expert's gate at B = 1 (4 of 32 experts touched): 2880 x 2880 x 17/32 =
     # 4,406,400 bytes of weights + 2880 x 2 of bias, four times.
     assert op(new, "decoder.g")["weight_bytes"] == 4 * (4_406_400 + 5_760)
+
+
+def test_recurrent_state_shards_with_its_heads(tmp_path: Path) -> None:
+    body = ("policy full { split attention over tp }\n" + GDN.replace(
+        "  a = linear_attention(q, k, v,", "  qc = conv1d(q, 4) group attention\n"
+        "  a = linear_attention(qc, k, v,") + "  o = linear(a, vh * dv -> hidden)\n"
+        "  x = add(x, o)\n")
+    a = analysis(tmp_path, body)
+    one, two = (a.evaluate({"B": 8, "tp": tp}) for tp in (1, 2))
+    # per sequence: the 2,097,152-byte state + the conv's 3 x 2048 bf16 = 12,288 bytes;
+    # at tp = 2 each GPU holds half of both (16 key heads and 2048 channels split in two).
+    assert one["memory"]["kv_bytes_per_gpu"] == 8 * (2_097_152 + 12_288)
+    assert two["memory"]["kv_bytes_per_gpu"] == 4 * (2_097_152 + 12_288)
+    assert op(two, "a")["flops"] == 29_360_128 / 2
+    assert two["step"]["collectives"] == 1  # the all-reduce after the row-parallel o

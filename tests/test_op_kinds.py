@@ -188,13 +188,15 @@ def test_gpt_oss_expert_biases_in_bf16(tmp_path: Path) -> None:
 
 def test_recurrent_state_shards_with_its_heads(tmp_path: Path) -> None:
     body = ("policy full { split attention over tp }\n" + GDN.replace(
-        "  a = linear_attention(q, k, v,", "  qc = conv1d(q, 4) group attention\n"
-        "  a = linear_attention(qc, k, v,") + "  o = linear(a, vh * dv -> hidden)\n"
+        "  q = linear(x, hidden -> kh * dk)", "  q = linear(x, hidden -> kh * dk) group attention")
+        .replace("  a = linear_attention(q, k, v,", "  qc = conv1d(q, 4)\n"
+                 "  a = linear_attention(qc, k, v,") + "  o = linear(a, vh * dv -> hidden)\n"
         "  x = add(x, o)\n")
     a = analysis(tmp_path, body)
     one, two = (a.evaluate({"B": 8, "tp": tp}) for tp in (1, 2))
     # per sequence: the 2,097,152-byte state + the conv's 3 x 2048 bf16 = 12,288 bytes;
-    # at tp = 2 each GPU holds half of both (16 key heads and 2048 channels split in two).
+    # at tp = 2 each GPU holds half of both: q (a column-parallel linear) arrives split,
+    # so the conv keeps its 1024 channels a GPU, and the state its 16 of 32 heads.
     assert one["memory"]["kv_bytes_per_gpu"] == 8 * (2_097_152 + 12_288)
     assert two["memory"]["kv_bytes_per_gpu"] == 4 * (2_097_152 + 12_288)
     assert op(two, "a")["flops"] == 29_360_128 / 2

@@ -13,6 +13,7 @@ import sympy
 
 from infest.compiler.cost import Cost, ZERO
 from infest.compiler.dtypes import DType
+from infest.compiler.functions import Max
 from infest.compiler.symbols import B, N, T, sym
 
 # L: tokens held in each sequence's cache after the step (N + T).
@@ -178,11 +179,21 @@ def _require(op: OpIn, index: int, expected: sympy.Expr, what: str) -> None:
 
 def _keys_per_query(op: OpIn) -> sympy.Expr:
     """Keys each new token attends to, averaged: N cached + (T+1)/2 causal, capped by the
-    window and by the indexer's selection (`index_topk`)."""
-    keys = N + (T + 1) / sympy.Integer(2)
+    window, or exactly by the indexer's selection (`index_topk`)."""
     window = _window(op)
-    keys = keys if window is None else sympy.Min(keys, window)
-    return sympy.Min(keys, op.args["index_topk"]) if _set(op, "index_topk") else keys
+    if _set(op, "index_topk"):
+        cap = op.args["index_topk"]
+        return _capped_keys(cap if window is None else sympy.Min(cap, window))
+    keys = N + (T + 1) / sympy.Integer(2)
+    return keys if window is None else sympy.Min(keys, window)
+
+
+def _capped_keys(cap: sympy.Expr) -> sympy.Expr:
+    """The mean over the T new tokens of min(N + j, cap), j = 1..T: the first m =
+    min(max(cap - N, 0), T) see N + j keys, the rest cap (prefill at N = 8192, cap 2048:
+    1792 keys a query, not 2048)."""
+    m = sympy.Min(Max(cap - N, 0), T)
+    return (m * N + m * (m + 1) / 2 + (T - m) * cap) / T
 
 
 def _cached(op: OpIn, tokens: sympy.Expr) -> sympy.Expr:

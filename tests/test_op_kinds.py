@@ -119,6 +119,14 @@ def test_sparse_attention_reads_the_selected_tokens(tmp_path: Path) -> None:
     assert op(short, "a")["flops"] == 4 * 2 * 4 * 16 * 1001
 
 
+def test_sparse_prefill_counts_the_causal_keys_below_top_k(tmp_path: Path) -> None:
+    body = "x = embed(tokens, 10 -> 64)\n a = attention(x, x, x, 4, 4, 16, index_topk=2048)"
+    r = analysis(tmp_path, body, phase="prefill").evaluate({"B": 1, "N": 8192})
+    # query i of 8192 sees min(i, 2048) keys: (2048 x 2049 / 2 + 6144 x 2048) / 8192
+    # = (2,098,176 + 12,582,912) / 8192 = 1792.125 a query; 4 x 8192 x 4 x 16 x 1792.125.
+    assert op(r, "a")["flops"] == 3_758_358_528
+
+
 # DeepSeek-V3.2-Exp config.json: 128 heads, kv_lora_rank 512, qk_rope_head_dim 64,
 # qk_nope_head_dim 128, v_head_dim 128; index_n_heads 64, index_head_dim 128, index_topk 2048.
 DSA = """

@@ -38,9 +38,10 @@ REQUIRED_COLUMNS = (TOTAL, INSTANCES, NAME)
 OPTIONAL_COLUMNS = {"grid": ("GridXYZ", "Grid"), "block": ("BlockXYZ", "Block")}
 
 # Targets that are not op names or kinds.
-GROUP_TARGETS = {"attention": ("attention", "mla"), "norm": ("rmsnorm", "layernorm"),
+GROUP_TARGETS = {"attention": ("attention", "mla", "indexer", "linear_attention"),
+                 "norm": ("rmsnorm", "layernorm"),
                  "elementwise": ("add", "mul", "silu_mul", "gelu_mul", "silu", "gelu",
-                                 "relu", "rope", "softmax")}
+                                 "relu", "sigmoid", "rope", "softmax")}
 COMM, IGNORE = "comm", "ignore"
 
 # Built-in patterns, tried after a mapping file's (first match wins). Sources: the kernel

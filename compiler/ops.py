@@ -357,6 +357,8 @@ OPS: dict[str, OpRule] = {
     "silu": OpRule((1, 1), _elementwise(4), doc="x * sigmoid(x): 4 FLOPs/element"),
     "gelu": OpRule((1, 1), _elementwise(8), doc="tanh GELU: 8 FLOPs/element"),
     "relu": OpRule((1, 1), _elementwise(1), doc="max(x, 0)"),
+    "sigmoid": OpRule((1, 1), _elementwise(4), doc="1 / (1 + exp(-x)): 4 FLOPs/element "
+                                                  "(output gates, Gated DeltaNet's beta)"),
     "rope": OpRule((1, 1), _elementwise(3), doc="rotary embedding: 3 FLOPs/element"),
     "softmax": OpRule((1, 1), _elementwise(5), doc="exp, sum, divide: 5 FLOPs/element"),
     "attention": OpRule((3, 3), _attention,

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 ONE = sympy.Integer(1)
-_ELEMENTWISE = {"add", "mul", "silu_mul", "gelu_mul", "silu", "gelu", "relu", "rope", "softmax"}
+_ELEMENTWISE = {"add", "mul", "silu_mul", "gelu_mul", "silu", "gelu", "relu", "sigmoid", "rope",
+                "softmax"}
 _LINEAR = {"linear", "router"}
 _NORMS = {"rmsnorm", "layernorm"}
 _ATTENTION = {"attention", "mla", "linear_attention"}

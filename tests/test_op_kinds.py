@@ -209,3 +209,17 @@ def test_recurrent_state_shards_with_its_heads(tmp_path: Path) -> None:
     assert two["memory"]["kv_bytes_per_gpu"] == 4 * (2_097_152 + 12_288)
     assert op(two, "a")["flops"] == 29_360_128 / 2
     assert two["step"]["collectives"] == 1  # the all-reduce after the row-parallel o
+
+
+def test_mamba2_maps_onto_linear_attention(tmp_path: Path) -> None:
+    # Nemotron-H Mamba-2 (nvidia/Nemotron-H-8B-Base-8K config.json: mamba_num_heads 128,
+    # mamba_head_dim 64, ssm_state_size 128, n_groups 8): C and B are 8 x 128 = 1024 wide,
+    # x 128 x 64 = 8192; the state in fp32.
+    body = ("x = embed(tokens, 10 -> 8192)\n cb = linear(x, 8192 -> 1024)\n"
+            " y = linear_attention(cb, cb, x, 128, 8, 128, 64, kv=fp32)\n g = sigmoid(y)")
+    r = analysis(tmp_path, body).evaluate({"B": 4, "N": 4096})
+    # 128 x 128 x 64 = 1,048,576 values x 4 bytes a sequence, 4 sequences.
+    assert r["memory"]["kv_bytes"] == 4 * 4_194_304
+    # no delta rule: 5 x 128 x 64 = 40,960 FLOPs a head, 128 heads, 4 tokens.
+    assert op(r, "y")["flops"] == 4 * 128 * 40_960
+    assert op(r, "g")["flops"] == 4 * 4 * 8192  # sigmoid: 4 FLOPs an element

@@ -20,7 +20,7 @@ from infest.compiler.cost import Cost
 from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.engine import Fusion, fusion_of
 from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor, _b
+from infest.compiler.ops import COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
 from infest.compiler.params import TRAINED_CONTEXT, Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, N, T, sym
 
@@ -59,7 +59,8 @@ class OpNode:
     comm: "Collective | None" = None             # set on collective ops
     blocks: sympy.Expr | None = None             # thread blocks per launch, if stated
     last_token: bool = False                     # runs on B rows (each sequence's last)
-    param_bytes: sympy.Expr = sympy.Integer(0)   # stored bytes of `params` (per-tensor dtypes)
+    param_bytes: sympy.Expr | None = None        # stored bytes of `params` when some tensor
+                                                 # has its own dtype; None: all at weights
 
 
 @dataclass
@@ -554,9 +555,9 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
               last: bool) -> Tensor:
     _check_op_limit(call, state)
     name = _unique(scope.prefix + binding, state)
-    stored = out.params * _b(dtypes.weights) if out.param_bytes is None else out.param_bytes
+    stored = out.param_bytes
     cost, params, active = _routed(out.cost, out.params, scope)
-    if scope.experts is not None:
+    if stored is not None and scope.experts is not None:
         stored = stored * scope.experts[0]  # every expert stored, like params
     if "kernels" in common:
         cost = cost.replace(kernels=common["kernels"])

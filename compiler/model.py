@@ -117,8 +117,17 @@ def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:
     """Bytes of every weight a step touches on one GPU, gathers aside: the one-line
     decode floor (every stage of a pipeline runs in turn). An expert op's weights count
     once per expert the replica's B*T tokens touch, not top_k times."""
-    return sympy.Add(*(op.count * op.param_bytes * _touched_share(op) * op.weight_share
+    return sympy.Add(*(op.count * stored_bytes(op) * _touched_share(op) * op.weight_share
                        for op in model.ops if op.kind != "embed"))
+
+
+def stored_bytes(op: OpNode) -> sympy.Expr:
+    """Bytes of an op's stored params: its own count when a tensor has its own dtype
+    (bf16 biases beside mxfp4 weights), else every param at the weights dtype."""
+    if op.param_bytes is not None:
+        return op.param_bytes
+    w = op.dtypes.weights.bytes
+    return op.params * sympy.Rational(w.numerator, w.denominator)
 
 
 def _touched_share(op: OpNode) -> sympy.Expr:
@@ -155,7 +164,7 @@ def _kv_per_sequence(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
 def _weights(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
     """Bytes of every stored weight; per_gpu: one GPU's shard of its stage's layers
     (stages assumed balanced: weights / pp)."""
-    total = sympy.Add(*(op.count * op.param_bytes * (op.weight_share if per_gpu else 1)
+    total = sympy.Add(*(op.count * stored_bytes(op) * (op.weight_share if per_gpu else 1)
                         for op in model.ops))
     return total / PP if per_gpu else total
 

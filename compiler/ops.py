@@ -75,6 +75,7 @@ class OpOut:
                                          # recurrent state: a constant, no L)
     kv_per_token: sympy.Expr = ZERO      # bytes per cached token at full retention
     param_bytes: sympy.Expr | None = None  # stored bytes of params; None: all at weights
+                                           # (see compiler/model.py stored_bytes)
 
 
 class ShapeMismatch(Exception):
@@ -117,17 +118,27 @@ def _embed(op: OpIn) -> OpOut:
 def _linear(op: OpIn, kernels: int = 1) -> OpOut:
     d_in, d_out = op.dims  # type: ignore[misc]
     _require(op, 0, d_in, "the input width must equal d_in")
-    bias = d_out if _set(op, "bias") else sympy.Integer(0)
-    stored = d_in * d_out * _b(op.dt.weights) + bias * _b(op.dt.biases)
-    cost = Cost(flops=2 * op.tokens * d_in * d_out  # one multiply-add per weight per token
-                + _softcap(op, op.tokens * d_out),
-                weight_bytes=stored,
+    bias = d_out if _set(op, "bias") else None
+    params, stored = _with_bias(op, d_in * d_out, bias)
+    # one multiply-add per weight per token
+    cost = Cost(flops=_softcap(op, 2 * op.tokens * d_in * d_out, op.tokens * d_out),
+                weight_bytes=params * _b(op.dt.weights) if stored is None else stored,
                 act_bytes=_act(op, op.tokens * (d_in + d_out)),
                 kernels=sympy.Integer(kernels))
     # A head tied to the embedding still reads its weights but stores no params of its own.
     if _set(op, "tied"):
-        return OpOut(d_out, cost, params=ZERO, param_bytes=ZERO)
-    return OpOut(d_out, cost, params=d_in * d_out + bias, param_bytes=stored)
+        return OpOut(d_out, cost, params=ZERO)
+    return OpOut(d_out, cost, params=params, param_bytes=stored)
+
+
+def _with_bias(op: OpIn, weights: sympy.Expr, bias: sympy.Expr | None):
+    """(params, stored bytes) of weights plus an optional bias; the bytes are None when
+    all sit at the weights dtype (the common case: no extra sympy work per op)."""
+    if bias is None:
+        return weights, None
+    if op.dt.biases == op.dt.weights:
+        return weights + bias, None
+    return weights + bias, weights * _b(op.dt.weights) + bias * _b(op.dt.biases)
 
 
 def _set(op: OpIn, name: str) -> bool:
@@ -141,9 +152,9 @@ def _set(op: OpIn, name: str) -> bool:
 SOFTCAP_FLOPS = 3
 
 
-def _softcap(op: OpIn, logits: sympy.Expr) -> sympy.Expr:
-    """FLOPs that `softcap=` (0: none) adds over `logits` logits."""
-    return SOFTCAP_FLOPS * logits if _set(op, "softcap") else ZERO
+def _softcap(op: OpIn, flops: sympy.Expr, logits: sympy.Expr) -> sympy.Expr:
+    """`flops` plus what `softcap=` (0: none) adds over `logits` logits."""
+    return flops + SOFTCAP_FLOPS * logits if _set(op, "softcap") else flops
 
 
 def _norm(per_elem: int, weights_per_dim: int) -> Callable[[OpIn], OpOut]:
@@ -226,13 +237,14 @@ def _attention(op: OpIn) -> OpOut:
     # FLOPs (one extra term per head per query) are negligible and not counted.
     sinks = h if _set(op, "sinks") else sympy.Integer(0)
     keys = _keys_per_query(op)
-    cost = Cost(flops=4 * op.tokens * h * hd * keys  # QK^T and PV: 2+2
-                + _softcap(op, op.tokens * h * keys),
+    cost = Cost(flops=_softcap(op, 4 * op.tokens * h * hd * keys,  # QK^T and PV: 2+2
+                               op.tokens * h * keys),
                 weight_bytes=sinks * _b(op.dt.biases),
                 act_bytes=_act(op, op.tokens * (2 * h * hd + 2 * hkv * hd)),
                 kv_bytes=B * _read(op) * per_token + op.tokens * per_token)
     return OpOut(h * hd, cost, params=sinks, kv_cache=_cached(op, L) * per_token,
-                 kv_per_token=per_token, param_bytes=sinks * _b(op.dt.biases))
+                 kv_per_token=per_token,
+                 param_bytes=None if op.dt.biases == op.dt.weights else sinks * _b(op.dt.biases))
 
 
 def _mla(op: OpIn) -> OpOut:
@@ -246,7 +258,7 @@ def _mla(op: OpIn) -> OpOut:
     absorb = 2 * h * rank * (nope + vd)             # q_nope -> latent, latent -> v
     per_key = 2 * h * (rank + rope) + 2 * h * rank  # scores over latent+rope, values over latent
     keys = _keys_per_query(op)
-    cost = Cost(flops=op.tokens * (absorb + per_key * keys) + _softcap(op, op.tokens * h * keys),
+    cost = Cost(flops=_softcap(op, op.tokens * (absorb + per_key * keys), op.tokens * h * keys),
                 weight_bytes=params * _b(op.dt.weights),
                 act_bytes=_act(op, op.tokens * (h * (nope + rope) + rank + rope + h * vd)),
                 kv_bytes=B * _read(op) * per_token + op.tokens * per_token)
@@ -307,12 +319,12 @@ def _conv1d(op: OpIn) -> OpOut:
     """Short causal depthwise conv over the channels (the input's width): `kernel` taps
     per channel; its state is the last kernel - 1 inputs of each sequence."""
     width, k = op.x.width, op.args["kernel"]
-    bias = width if _set(op, "bias") else sympy.Integer(0)
-    stored = width * k * _b(op.dt.weights) + bias * _b(op.dt.biases)
+    params, stored = _with_bias(op, width * k, width if _set(op, "bias") else None)
     state = (k - 1) * width * _b(op.dt.kv)
-    cost = Cost(flops=2 * op.tokens * width * k, weight_bytes=stored,
+    cost = Cost(flops=2 * op.tokens * width * k,
+                weight_bytes=params * _b(op.dt.weights) if stored is None else stored,
                 act_bytes=_act(op, 2 * op.tokens * width), kv_bytes=_state_step(state))
-    return OpOut(width, cost, params=width * k + bias, kv_cache=state, param_bytes=stored)
+    return OpOut(width, cost, params=params, kv_cache=state, param_bytes=stored)
 
 
 # ---- routing and escape hatch ------------------------------------------------------

@@ -155,8 +155,7 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
     cost = Cost(kernels=ONE, comm_bytes=elements * _b(dtype))
     calls = (src.count if count is None else count) * several(gpus)
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
-                         params_active=sympy.S.Zero, param_bytes=sympy.S.Zero,
-                         kv_cache=sympy.S.Zero,
+                         params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,
                          kv_per_token=sympy.S.Zero, inputs=(w.alias.get(src.name, src.name),),
                          args={}, experts=None, comm=Collective(kind, gpus)))
     _need_links(w, kind, gpus, name)

@@ -223,3 +223,31 @@ def test_mamba2_maps_onto_linear_attention(tmp_path: Path) -> None:
     # no delta rule: 5 x 128 x 64 = 40,960 FLOPs a head, 128 heads, 4 tokens.
     assert op(r, "y")["flops"] == 4 * 128 * 40_960
     assert op(r, "g")["flops"] == 4 * 4 * 8192  # sigmoid: 4 FLOPs an element
+
+
+HYBRID_SPEC = ROOT / "tests" / "fixtures" / "hybrid_state.arch"
+
+
+@pytest.mark.parametrize("phase,edits", [("decode", {"B": 8, "N": 100_000}),
+                                         ("prefill", {"B": 2, "N": 8192}),
+                                         ("decode", {"B": 4, "tp": 2, "topk": 512})])
+def test_workbook_of_the_new_kinds_equals_eval(tmp_path: Path, soffice: str, phase: str,
+                                               edits: dict) -> None:
+    from test_workbook import _assert_close, _cell, _no_error_cells, _recalculated
+    a = analyze(HYBRID_SPEC, hw="h200_sxm", phase=phase)
+    wb = _recalculated(tmp_path, a, edits, soffice)
+    expected = a.evaluate(edits)
+    assert _no_error_cells(wb) == []
+    for section in ("memory", "step"):
+        for key, want in expected[section].items():
+            name = "out_step_kv_bytes" if (section, key) == ("step", "kv_bytes") else f"out_{key}"
+            _assert_close(_cell(wb, name).value, want, key)
+
+
+def test_hybrid_fixture_memory(tmp_path: Path) -> None:
+    m = analyze(HYBRID_SPEC, hw="h200_sxm").evaluate({"B": 1, "N": 4095})["memory"]
+    # a token: attention 2 x 2 x 128 bf16 = 1024 bytes + the indexer's 128 fp8 = 1152;
+    # a sequence's states: 3 x (32 x 128 x 128 x 4 = 2,097,152 + conv 3 x (2048 + 2048 +
+    # 4096) x 2 = 49,152) = 6,438,912 bytes, held at any N.
+    assert m["kv_bytes_per_token"] == 1152
+    assert m["kv_bytes"] == 4096 * 1152 + 6_438_912

@@ -251,3 +251,15 @@ def test_hybrid_fixture_memory(tmp_path: Path) -> None:
     # 4096) x 2 = 49,152) = 6,438,912 bytes, held at any N.
     assert m["kv_bytes_per_token"] == 1152
     assert m["kv_bytes"] == 4096 * 1152 + 6_438_912
+
+
+@pytest.mark.parametrize("kernel,target", [
+    ("causal_conv1d_update_kernel", "conv1d"),
+    ("fused_recurrent_gated_delta_rule_fwd_kernel", "linear_attention"),
+    ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "linear_attention"),
+    ("_chunk_scan_fwd_kernel", "linear_attention"),
+    ("deep_gemm::fp8_paged_mqa_logits", "indexer"),  # not the gemm it also names
+])
+def test_nsys_names_the_new_kinds(kernel: str, target: str) -> None:
+    from infest.compiler.nsys import default_patterns, match
+    assert match(kernel, default_patterns()) == target

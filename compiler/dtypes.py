@@ -33,7 +33,7 @@ _TABLE = [
     DType("mxfp4", Fraction(17, 4), "fp4"), DType("nvfp4", Fraction(9, 2), "fp4"),
 ]
 DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
-ROLES = ("weights", "kv", "act", "math", "residual")
+ROLES = ("weights", "kv", "act", "math", "residual", "biases")
 
 
 def custom_bits(bits: Fraction) -> DType:

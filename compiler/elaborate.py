@@ -59,6 +59,8 @@ class OpNode:
     comm: "Collective | None" = None             # set on collective ops
     blocks: sympy.Expr | None = None             # thread blocks per launch, if stated
     last_token: bool = False                     # runs on B rows (each sequence's last)
+    param_bytes: sympy.Expr | None = None        # stored bytes of `params` when some tensor
+                                                 # has its own dtype; None: all at weights
 
 
 @dataclass
@@ -397,7 +399,8 @@ def _last_token(call: ast.Call, tensors: list[Tensor], common: dict) -> bool:
         why = "is flagged last_token=1" if flagged else "reads only last-token rows"
         raise fail(call.span, f"{call.func}() {why}, but it needs every new token",
                    "last_token=1 is for the ops after the final norm that only feed the "
-                   "logits (the LM head); embed, attention, mla and moe see every token")
+                   "logits (the LM head); embed, attention, mla, the indexer, recurrent "
+                   "state ops and moe see every token")
     return last
 
 
@@ -484,8 +487,10 @@ def _named_args(call, rule, numbers, named, state):
     return args, common
 
 
-_FLAGS = ("bias", "tied", "sinks")  # 0 or 1
-_MAY_BE_ZERO = _FLAGS + ("window",)  # window = 0: full attention
+_FLAGS = ("bias", "tied", "sinks", "delta")  # 0 or 1
+# window = 0: full attention; index_topk = 0: dense attention; softcap = 0: no capping.
+_MAY_BE_ZERO = _FLAGS + ("window", "index_topk", "softcap")
+_WHOLE = ("window", "index_topk", "kernel", "chunk")  # counts of tokens or taps
 _CUSTOM_POSITIVE = ("width",)  # custom()'s other arguments are costs: 0 or more
 
 
@@ -498,7 +503,7 @@ def _check_positive_args(call, args, numbers, named, state) -> None:
         zero_ok = name in _MAY_BE_ZERO or (call.func == "custom" and name not in _CUSTOM_POSITIVE)
         what = f"{call.func}() argument '{name}'"
         _require(state, "nonnegative" if zero_ok else "positive", value, what, nodes[name].span)
-        if name == "window":
+        if name in _WHOLE:
             _require(state, "whole", value, what, nodes[name].span)
         at = _at_defaults(value, state).subs({B: 1, T: 1, N: 1})
         if not at.is_number:
@@ -506,8 +511,8 @@ def _check_positive_args(call, args, numbers, named, state) -> None:
         if at < 0 or (at == 0 and not zero_ok):
             zero = " (or 0)" if zero_ok else ""
             raise fail(nodes[name].span, f"{what} must be positive{zero}")
-        if name == "window" and not at.is_integer:
-            raise fail(nodes[name].span, f"{what} must be a whole number of tokens")
+        if name in _WHOLE and not at.is_integer:
+            raise fail(nodes[name].span, f"{what} must be a whole number")
 
 
 def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
@@ -544,7 +549,9 @@ def _dtypes_of(scope: _Scope, common: dict) -> DTypes:
     if "bits" in common:
         d["weights"] = common["bits"]
     act = d["act"]
-    return DTypes(d["weights"], d["kv"], act, d.get("math", act), d.get("residual", act))
+    # Biases follow the weights unless stated (`biases: bf16` beside mxfp4 experts).
+    return DTypes(d["weights"], d["kv"], act, d.get("math", act), d.get("residual", act),
+                  d.get("biases", d["weights"]))
 
 
 def _moe_body(call, args, body, scope, state) -> Tensor | None:
@@ -573,14 +580,17 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
               last: bool) -> Tensor:
     _check_op_limit(call, state)
     name = _unique(scope.prefix + binding, state)
+    stored = out.param_bytes
     cost, params, active = _routed(out.cost, out.params, scope)
+    if stored is not None and scope.experts is not None:
+        stored = stored * scope.experts[0]  # every expert stored, like params
     if "kernels" in common:
         cost = cost.replace(kernels=common["kernels"])
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
                   call.span, args=args, experts=scope.experts,
-                  blocks=common.get("blocks"), last_token=last)
+                  blocks=common.get("blocks"), last_token=last, param_bytes=stored)
     state.nodes[name] = node
     state.index[name] = len(state.order)
     state.order.append(name)

@@ -130,19 +130,26 @@ def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:
     """Bytes of every weight a step touches on one GPU, gathers aside: the one-line
     decode floor (every stage of a pipeline runs in turn). An expert op's weights count
     once per expert the replica's B*T tokens touch, not top_k times."""
-    return sympy.Add(*(op.count * _touched_params(op) * _rational(op.dtypes.weights.bytes)
-                       * op.weight_share for op in model.ops if op.kind != "embed"))
+    return sympy.Add(*(op.count * stored_bytes(op) * _touched_share(op) * op.weight_share
+                       for op in model.ops if op.kind != "embed"))
 
 
-def _touched_params(op: OpNode) -> sympy.Expr:
+def stored_bytes(op: OpNode) -> sympy.Expr:
+    """Bytes of an op's stored params: its own count when a tensor has its own dtype
+    (bf16 biases beside mxfp4 weights), else every param at the weights dtype."""
+    if op.param_bytes is not None:
+        return op.param_bytes
+    w = op.dtypes.weights.bytes
+    return op.params * sympy.Rational(w.numerator, w.denominator)
+
+
+def _touched_share(op: OpNode) -> sympy.Expr:
+    """Of an op's stored params, the share a step touches: all, or for an expert op the
+    experts the replica's tokens reach."""
     if op.experts is None:
-        return op.params_active
+        return sympy.Integer(1)
     experts, top_k = op.experts
-    return op.params / experts * touched_experts(experts, top_k, B * T / DP)
-
-
-def _rational(f) -> sympy.Rational:
-    return sympy.Rational(f.numerator, f.denominator)
+    return touched_experts(experts, top_k, B * T / DP) / experts
 
 
 def _params(model: CompiledModel) -> dict[str, sympy.Expr]:
@@ -170,8 +177,7 @@ def _kv_per_sequence(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
 def _weights(model: CompiledModel, links: Links, per_gpu: bool = False) -> sympy.Expr:
     """Bytes of every weight held in HBM (offloaded experts: only the resident share);
     per_gpu: one GPU's shard of its stage's layers (stages assumed balanced: / pp)."""
-    total = sympy.Add(*(op.count * op.params * _rational(op.dtypes.weights.bytes)
-                        * resident_share(op, links)
+    total = sympy.Add(*(op.count * stored_bytes(op) * resident_share(op, links)
                         * (op.weight_share if per_gpu else 1) for op in model.ops))
     return total / PP if per_gpu else total
 
@@ -212,19 +218,20 @@ def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:
 def _max_context(room: sympy.Expr, per_seq: sympy.Expr, phase: str) -> sympy.Expr:
     """Longest N with weights + B * KV(N+T) <= capacity, from the piecewise-linear KV(L).
 
-    KV(L) = a*L + sum_w c_w * Min(L, w). For any set S of windows assumed already full,
-    K_S(L) = a*L + sum_S c_w*w + sum_notS c_w*L >= KV(L), with equality for the right S,
+    KV(L) = a*L + s + sum_w c_w * Min(L, w), s the fixed recurrent states. For any set S
+    of windows assumed already full, K_S(L) = a*L + s + sum_S c_w*w + sum_notS c_w*L >=
+    KV(L), with equality for the right S,
     so the largest feasible L is the max over S of the solutions of K_S(L) = room/B.
     """
     if per_seq == 0:
         return sympy.oo  # no KV cache: memory never bounds the context
-    linear, windows = _split_windows(per_seq)
+    linear, states, windows = _split_windows(per_seq)
     budget = room / (B / DP)
     candidates = []
     for size in range(len(windows) + 1):
         for full in combinations(windows, size):
             slope = linear + sum((c for w, c in windows if (w, c) not in full), sympy.Integer(0))
-            fixed = sum((c * w for w, c in full), sympy.Integer(0))
+            fixed = states + sum((c * w for w, c in full), sympy.Integer(0))
             candidates.append(_candidate(budget, fixed, slope))
     longest = floor(Max(*candidates) if len(candidates) > 1 else candidates[0])
     return Max(0, longest - T if phase == "decode" else longest)
@@ -238,17 +245,22 @@ def _candidate(budget: sympy.Expr, fixed: sympy.Expr, slope: sympy.Expr) -> symp
     return (budget - fixed) / slope
 
 
-def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, list[tuple[sympy.Expr, sympy.Expr]]]:
-    """KV(L) -> (a, [(w, c_w)]) for a*L + sum c_w*Min(L, w)."""
-    linear = sympy.Integer(0)
+def _split_windows(per_seq: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr,
+                                                 list[tuple[sympy.Expr, sympy.Expr]]]:
+    """KV(L) -> (a, s, [(w, c_w)]) for a*L + s + sum c_w*Min(L, w): s is the fixed-size
+    recurrent states (linear attention, conv), held whatever the context."""
+    linear = states = sympy.Integer(0)
     windows: dict[sympy.Expr, sympy.Expr] = {}
     for coeff, factor in _l_terms(per_seq):
-        if isinstance(factor, sympy.Min) and L in factor.args:
+        if not factor.has(L):
+            states += coeff * factor
+        elif isinstance(factor, sympy.Min) and L in factor.args:
             w = next(a for a in factor.args if a != L)
             windows[w] = windows.get(w, sympy.Integer(0)) + coeff
         else:
             linear += coeff * factor / L
-    return linear, sorted(windows.items(), key=lambda wc: sympy.default_sort_key(wc[0]))
+    return linear, states, sorted(windows.items(),
+                                  key=lambda wc: sympy.default_sort_key(wc[0]))
 
 
 def _l_terms(per_seq: sympy.Expr) -> list[tuple[sympy.Expr, sympy.Expr]]:

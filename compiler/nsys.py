@@ -38,16 +38,23 @@ REQUIRED_COLUMNS = (TOTAL, INSTANCES, NAME)
 OPTIONAL_COLUMNS = {"grid": ("GridXYZ", "Grid"), "block": ("BlockXYZ", "Block")}
 
 # Targets that are not op names or kinds.
-GROUP_TARGETS = {"attention": ("attention", "mla"), "norm": ("rmsnorm", "layernorm"),
+GROUP_TARGETS = {"attention": ("attention", "mla", "indexer", "linear_attention"),
+                 "norm": ("rmsnorm", "layernorm"),
                  "elementwise": ("add", "mul", "silu_mul", "gelu_mul", "silu", "gelu",
-                                 "relu", "rope", "softmax")}
+                                 "relu", "sigmoid", "rope", "softmax")}
 COMM, IGNORE = "comm", "ignore"
 
 # Built-in patterns, tried after a mapping file's (first match wins). Sources: the kernel
 # names cuBLAS/CUTLASS (gemm, cutlass, sm90_xmma, nvjet), FlashAttention/cuDNN (flash,
-# fmha), vLLM/TensorRT-LLM/SGLang (rms_norm, act_and_mul, rotary, topk) and NCCL print.
+# fmha), vLLM/TensorRT-LLM/SGLang (rms_norm, act_and_mul, rotary, topk), the recurrent
+# and sparse kernels (causal-conv1d's causal_conv1d_fwd/update, flash-linear-attention's
+# chunk_ and fused_recurrent_gated_delta_rule, Mamba-2's _chunk_scan_fwd and
+# selective_state_update, DeepGEMM's fp8_mqa_logits for the indexer) and NCCL print.
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("*nccl*", COMM), ("*allreduce*", COMM), ("*all_reduce*", COMM), ("*allgather*", COMM),
+    ("*causal_conv1d*", "conv1d"), ("*gated_delta_rule*", "linear_attention"),
+    ("*chunk_scan*", "linear_attention"), ("*selective_state_update*", "linear_attention"),
+    ("*mqa_logits*", "indexer"),
     ("*flash*", "attention"), ("*fmha*", "attention"), ("*attention*", "attention"),
     ("*rms*norm*", "norm"), ("*layernorm*", "norm"), ("*layer_norm*", "norm"),
     ("*fused_moe*", "linear"), ("*gemm*", "linear"), ("*gemv*", "linear"),

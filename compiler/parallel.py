@@ -38,10 +38,11 @@ if TYPE_CHECKING:
 
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 ONE = sympy.Integer(1)
-_ELEMENTWISE = {"add", "mul", "silu_mul", "gelu_mul", "silu", "gelu", "relu", "rope", "softmax"}
+_ELEMENTWISE = {"add", "mul", "silu_mul", "gelu_mul", "silu", "gelu", "relu", "sigmoid", "rope",
+                "softmax"}
 _LINEAR = {"linear", "router"}
 _NORMS = {"rmsnorm", "layernorm"}
-_ATTENTION = {"attention", "mla"}
+_ATTENTION = {"attention", "mla", "linear_attention"}
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
     cost = Cost(kernels=ONE, comm_bytes=elements * _b(dtype))
     calls = (src.count if count is None else count) * several(gpus)
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
-                         params_active=sympy.S.Zero, kv_cache=sympy.S.Zero,
+                         params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,
                          kv_per_token=sympy.S.Zero, inputs=(w.alias.get(src.name, src.name),),
                          args={}, experts=None, comm=Collective(kind, gpus)))
     _need_links(w, kind, gpus, name)
@@ -211,8 +212,18 @@ def _attention(op: "OpNode", w: _Walk, tp) -> None:
             _whole(p, place, w)
     heads = op.args["heads"]
     _divides(w, op, heads, "heads")
-    kv = ONE if op.kind == "mla" else _kv_share(op, w, tp)  # MLA's one latent: on every GPU
-    _emit(op, w, Place("S", tp), work=1 / tp, weights=1 / tp, kv=kv)
+    _emit(op, w, Place("S", tp), work=1 / tp, weights=1 / tp, kv=_held_share(op, w, tp))
+
+
+def _held_share(op: "OpNode", w: _Walk, tp) -> sympy.Expr:
+    """Of an attention op's cache one GPU holds: MLA's one latent on every GPU; a
+    recurrent state split with its heads (key heads too); else by KV heads."""
+    if op.kind == "mla":
+        return ONE
+    if op.kind == "linear_attention":
+        _divides(w, op, op.args["key_heads"], "key heads")
+        return 1 / tp
+    return _kv_share(op, w, tp)
 
 
 def _kv_share(op: "OpNode", w: _Walk, tp) -> sympy.Expr:
@@ -252,6 +263,17 @@ def _elementwise(op: "OpNode", w: _Walk, tp) -> None:
     _emit(op, w, WHOLE)
 
 
+def _conv1d(op: "OpNode", w: _Walk, tp) -> None:
+    """A depthwise conv runs per channel: a split input stays split (weights and state
+    split with it, as vLLM shards the Mamba and Gated DeltaNet convs); else replicated."""
+    (_, place), = _inputs(op, w)
+    if place.state == "S":
+        share = 1 / place.gpus
+        _emit(op, w, place, work=share, weights=share, kv=share)
+        return
+    _replicated(op, w, tp)
+
+
 def _moe(op: "OpNode", w: _Walk, tp) -> None:
     """The container of experts split over tp (or replicated): its output is placed
     like its body's (partial sums when the experts' rows are split)."""
@@ -263,7 +285,7 @@ def _moe(op: "OpNode", w: _Walk, tp) -> None:
 
 _RULES = {**{k: _linear for k in _LINEAR}, **{k: _norm for k in _NORMS},
           **{k: _elementwise for k in _ELEMENTWISE}, **{k: _attention for k in _ATTENTION},
-          "embed": _embed, "moe": _moe}
+          "embed": _embed, "moe": _moe, "conv1d": _conv1d}
 
 
 # ---- routed experts over ep ----------------------------------------------------------

@@ -52,10 +52,10 @@ def _print_hardware() -> None:
 
 def _print_ops() -> None:
     """Every op the language knows, its numeric arguments and its cost rule."""
-    from infest.compiler.ops import OPS
+    from infest.compiler.ops import COMMON_KWARGS, OPS
     from infest.exports.human import table
     rows = [[_signature(name, rule), rule.doc] for name, rule in sorted(OPS.items())]
-    print("ops (every op also takes kernels=, weights=, kv=, act=, math=, bits=):")
+    print(f"ops (every op also takes {', '.join(k + '=' for k in COMMON_KWARGS)}):")
     print(table(["op", "cost of one instance (tokens = B*T)"], rows, right=set()))
 
 

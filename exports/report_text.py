@@ -34,7 +34,12 @@ def _limit(value: int | None, memory: dict) -> str:
     """A max_batch / max_context figure; null in JSON means memory never binds it."""
     if value is not None:
         return str(value)
-    why = "no KV cache" if memory["kv_bytes_per_token"] == 0 else "KV cache windowed"
+    if memory["kv_bytes"] == 0:
+        why = "no KV cache"
+    elif memory["kv_bytes_per_token"] == 0:
+        why = "fixed-size recurrent state"
+    else:
+        why = "KV cache windowed"
     return f"unbounded ({why})"
 
 

@@ -3,10 +3,10 @@ instantly (no sympy, no parser: the generated code and the names are read back).
 
 An entry is one JSON file, `<key>.json`, holding the Runner (compiler/runner.py) with its
 generated numpy source, and the SHA-256 of every file it was built from (the spec, its
-imports, the hardware file). The key hashes infest's own compiler source, the arguments
-that shape the forms (spec, hardware, phase, model, policy, engine) and the spec's
-content; on every read each recorded file is hashed again, so editing an import or a
-hardware file rebuilds the entry.
+imports, the hardware file). The key covers infest's own compiler source (each file's
+size and modification time), the arguments that shape the forms (spec, hardware, phase,
+model, policy, engine) and the spec's content; on every read each recorded file is
+hashed again, so editing an import or a hardware file rebuilds the entry.
 
 Safety: the folder is `$INFEST_CACHE_DIR`, else `$XDG_CACHE_HOME/infest`, else
 `~/.cache/infest`; it is created with mode 0700 and used only while it is a real folder
@@ -23,15 +23,15 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import infest.dsl.errors as _dsl_errors
 from infest.compiler.runner import Runner
 
 MAX_ENTRY_BYTES = 64 * 2**20   # a DeepSeek-V3 entry is well under 1 MiB
-_CODE_PACKAGES = ("infest.compiler", "infest.dsl")
+# The installed compiler and language packages (this file's folder and its sibling).
+_CODE_FOLDERS = (Path(__file__).parent, Path(_dsl_errors.__file__).parent)
 
 
 def cache_dir() -> Path | None:
@@ -73,14 +73,15 @@ def _where(name: str) -> str:
 
 
 def code_digest() -> str:
-    """SHA-256 over infest's compiler and language source: a new version (or an edited
-    checkout) never reads entries an older one wrote."""
+    """A digest of infest's compiler and language source files (name, size, mtime in ns,
+    as Python's own bytecode cache checks its sources): a new version or an edited
+    checkout never reads entries an older one wrote."""
     digest = hashlib.sha256()
-    for package in _CODE_PACKAGES:
-        folder = resources.files(package)
-        for item in sorted(folder.iterdir(), key=lambda p: p.name):
-            if item.name.endswith((".py", ".lark", ".json")) and item.is_file():
-                digest.update(item.name.encode() + b"\0" + item.read_bytes())
+    for folder in _CODE_FOLDERS:
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.name.endswith((".py", ".lark", ".json")) and entry.is_file():
+                st = entry.stat()
+                digest.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
@@ -124,6 +125,7 @@ def store(key: str, runner: Runner, files: list[Path] | tuple[Path, ...]) -> Non
         return
     digests = {str(p): _file_digest(Path(p)) for p in files}
     text = json.dumps({"files": digests, "runner": runner.to_json()}, separators=(",", ":"))
+    import tempfile
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")  # mode 0600

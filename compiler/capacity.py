@@ -96,17 +96,30 @@ def bound_transitions(point: _Point) -> list[dict]:
 
 def _transition(point: _Point, root: float, before: str, after: str) -> dict:
     """The crossing, and the first whole batch at which eval names the new bound."""
-    first = _first_whole(root, lambda xs: step_bound(point.at("B", xs)) == after)
-    fits = bool(np.asarray(point.at("B", np.asarray([first]))["memory.fits"]).ravel()[0])
-    return {"batch": root, "first_batch": first, "from": str(before), "to": str(after),
-            "fits": fits}
+    candidates = _whole_after(root)
+    values = point.at("B", candidates)  # one evaluation answers both questions
+    k = _first(candidates, step_bound(values) == after, root)
+    fits = np.broadcast_to(np.asarray(values["memory.fits"]), candidates.shape)
+    return {"batch": root, "first_batch": int(candidates[k]), "from": str(before),
+            "to": str(after), "fits": bool(fits[k])}
+
+
+def _whole_after(root: float) -> np.ndarray:
+    """The whole numbers where the first one at or after a crossing can be (a tie at an
+    exact integer may go either way)."""
+    return np.arange(max(1, math.floor(root)), math.floor(root) + 3, dtype=float)
+
+
+def _first(candidates: np.ndarray, ok: Any, root: float) -> int:
+    """Index of the first candidate where `ok` holds (none does: the first >= root)."""
+    ok = np.broadcast_to(np.asarray(ok), candidates.shape)
+    return int(np.argmax(ok)) if ok.any() else int(np.searchsorted(candidates, root))
 
 
 def _first_whole(root: float, holds: Callable[[np.ndarray], np.ndarray]) -> int:
-    """Smallest whole x >= root where `holds`; a tie at an exact integer may go either way."""
-    candidates = np.arange(max(1, math.floor(root)), math.floor(root) + 3, dtype=float)
-    ok = np.broadcast_to(np.asarray(holds(candidates)), candidates.shape)
-    return int(candidates[int(np.argmax(ok))]) if ok.any() else math.ceil(root)
+    """Smallest whole x >= root where `holds`."""
+    candidates = _whole_after(root)
+    return int(candidates[_first(candidates, holds(candidates), root)])
 
 
 # ---- KV traffic against weight traffic as N grows ----------------------------------

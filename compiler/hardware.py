@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from infest.dsl import ast
 from infest.dsl.errors import Collector, Span, SpecError, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
 
@@ -54,6 +53,8 @@ FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
 _COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "
                       "with a unit, K/M/G are decimal (80 MB = 80e6) and Ki/Mi/Gi binary (80 MiB)")
+if TYPE_CHECKING:  # the evaluator reads the field rules without the language's AST
+    from infest.dsl import ast
 _EXAMPLE = {BYTES: "80 GiB", BANDWIDTH: "3.35 TB/s", TIME: "4 us", FLOPS_RATE: "989 TFLOP/s"}
 
 
@@ -140,7 +141,8 @@ def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
 def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if f.name in seen:
         raise fail(f.span, f"hardware field '{f.name}' is set twice")
-    if not isinstance(f.value, ast.Num):
+    from infest.dsl.ast import Num
+    if not isinstance(f.value, Num):
         raise fail(f.value.span, "hardware fields take a literal with a unit",
                    f"e.g. {_EXAMPLE.get(expected_dimension(f.name) or '', '3.35 TB/s')}")
     want = expected_dimension(f.name)

@@ -2,8 +2,9 @@
 
 Every count below is derived by hand from the config.json in tests/fixtures/hf (the
 arithmetic is in the comments), then compared with infest's count and with the
-publisher's stated figure (/work/shared/hf-configs/README.md) within 0.5%, or within the
-rounding interval where the publisher rounds more coarsely than that (said per model).
+publisher's stated figure (the model card's parameter total, quoted per model below)
+within 0.5%, or within the rounding interval where the publisher rounds more coarsely
+than that (said per model).
 """
 from __future__ import annotations
 

@@ -53,8 +53,9 @@ class _Point:
         self.values = runner(self.floats)
 
     def at(self, name: str, xs: np.ndarray) -> dict[str, Any]:
-        """Every form with input `name` set to each of xs (one vectorised call)."""
-        return self.runner({**self.floats, name: np.asarray(xs, dtype=float)})
+        """The probed forms (keys.PROBE_KEYS) with input `name` set to each of xs (one
+        vectorised call)."""
+        return self.runner.probe({**self.floats, name: np.asarray(xs, dtype=float)})
 
 
 def _int(value: Any) -> int | None:

@@ -14,6 +14,7 @@ import sympy
 from infest.compiler.codegen import numpy_source
 from infest.compiler.constraints import check_infos, constraints_source
 from infest.compiler.hardware import EFFICIENCIES, CompiledHardware, efficiencies
+from infest.compiler.keys import PROBE_KEYS
 from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
 from infest.compiler.offload import OFFLOAD_INPUTS, default_gpu_experts
 # Input, op_bound and step_bound live in the sympy-free runner; re-exported for callers.
@@ -55,7 +56,15 @@ def build_runner(forms: Forms, hw: CompiledHardware | None) -> Runner:
         checks=check_infos(model.constraints),
         missing=_missing(forms, hw, names),
         source=(numpy_source([sym(n) for n in names], [e for _, e in layout])
-                + constraints_source(model.constraints, check_names)))
+                + constraints_source(model.constraints, check_names)
+                + numpy_source([sym(n) for n in names], _probe_forms(layout),
+                               name="probe")))
+
+
+def _probe_forms(layout: list[tuple[str, sympy.Expr]]) -> list[sympy.Expr]:
+    """The forms of PROBE_KEYS, in order (the runner's cheaper function for capacity)."""
+    forms = dict(layout)
+    return [forms[k] for k in PROBE_KEYS]
 
 
 def _check_names(forms: Forms, hw: CompiledHardware | None,

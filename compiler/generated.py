@@ -15,7 +15,7 @@ import numpy as np
 NP_FUNCTIONS = frozenset({"floor", "ceil", "exp", "abs", "sign", "mod", "logical_not", "log",
                           "maximum", "minimum", "logical_and", "logical_or", "select",
                           "power", "sqrt", "where"})
-FUNCTION_NAMES = frozenset({"forms", "constraints"})
+FUNCTION_NAMES = frozenset({"forms", "constraints", "probe"})
 _OTHER_NAMES = frozenset({"np", "nan", "inf", "default", "def", "return", "True", "False"})
 _STRAY = re.compile(r"[^A-Za-z0-9_ \n()\[\],.:=+\-*/<>!%]")
 _NAME = re.compile(r"(?<!\w)[A-Za-z_]\w*")  # not the e of 1.5e-07

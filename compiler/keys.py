@@ -5,7 +5,7 @@ without importing the compiler's symbolic stages.
 """
 from __future__ import annotations
 
-from infest.compiler.terms import TERM_KEYS
+from infest.compiler.terms import BOUND_TERMS, TERM_KEYS
 
 BUILTINS = ("B", "N", "T")
 # Parallel degrees: positive integers, default 1, set like any input (--set tp=8).
@@ -20,3 +20,7 @@ STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "ke
                                      "tokens_per_s_estimate")
 OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
 PARALLEL_KEYS = ("tp", "ep", "pp", "dp", "gpus")
+# What capacity's root finding evaluates over and over (compiler/capacity.py): the runner
+# generates a function of these alone, ~3x cheaper than every form.
+PROBE_KEYS = (tuple(f"bound.{k}" for k in BOUND_TERMS)
+              + ("step.time_s", "step.kv_bytes", "step.weight_bytes", "memory.fits"))

@@ -11,24 +11,26 @@ from __future__ import annotations
 import sympy
 
 
+def _lazy(cls: type, evaluated: type, args: tuple) -> sympy.Expr:
+    """Evaluated (sympy's own class) when every argument is a number, else left as given."""
+    args = tuple(sympy.Integer(a) if isinstance(a, int) else a for a in args)
+    if all(a.is_number for a in args):
+        return evaluated(*args)
+    return evaluated.__new__(cls, *args, evaluate=False)
+
+
 class Max(sympy.Max):  # type: ignore[misc]
     """max(a, b, ...) left unevaluated unless every argument is a number."""
 
     def __new__(cls, *args: sympy.Expr, **options: object) -> sympy.Expr:
-        args = tuple(sympy.Integer(a) if isinstance(a, int) else a for a in args)
-        if all(a.is_number for a in args):
-            return sympy.Max(*args)
-        return super().__new__(cls, *args, evaluate=False)
+        return _lazy(cls, sympy.Max, args)
 
 
 class Min(sympy.Min):  # type: ignore[misc]
-    """min(a, b, ...) left unevaluated unless every argument is a number (as Max)."""
+    """min(a, b, ...) left unevaluated unless every argument is a number."""
 
     def __new__(cls, *args: sympy.Expr, **options: object) -> sympy.Expr:
-        args = tuple(sympy.Integer(a) if isinstance(a, int) else a for a in args)
-        if all(a.is_number for a in args):
-            return sympy.Min(*args)
-        return super().__new__(cls, *args, evaluate=False)
+        return _lazy(cls, sympy.Min, args)
 
 
 def floor(x: sympy.Expr) -> sympy.Expr:

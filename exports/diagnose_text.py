@@ -4,18 +4,11 @@ from __future__ import annotations
 import datetime
 
 from infest.exports.human import duration, md_table, pairs, table
-from infest.exports.report_text import SENSITIVITY_HEADERS, sensitivity_rows
+from infest.exports.report_text import SENSITIVITY_HEADERS, heading, sensitivity_rows
 
 
 def _rate(tokens_per_s: float) -> str:
     return f"{tokens_per_s:.4g} tok/s"
-
-
-def heading(d: dict) -> str:
-    """Model, hardware, phase and the point, as eval prints them."""
-    ins = d["inputs"]
-    point = " ".join(f"{k}={ins[k]}" for k in ("B", "N", "T") if k in ins)
-    return f"{d['model']} on {d['hardware']}, {d['phase']}, {point}"
 
 
 def measured_line(d: dict) -> str:

@@ -119,7 +119,8 @@ def layout_line(result: dict) -> str:
     return f"layout {degrees}: {gpus}{policy}{note}"
 
 
-def _heading(result: dict) -> str:
+def heading(result: dict) -> str:
+    """Model, hardware, phase and the point (B, N, T)."""
     ins = result["inputs"]
     point = " ".join(f"{k}={ins[k]}" for k in ("B", "N", "T") if k in ins)
     return f"{result['model']} on {result['hardware']}, {result['phase']}, {point}"
@@ -127,7 +128,7 @@ def _heading(result: dict) -> str:
 
 def text(result: dict) -> str:
     """The full plain-text report."""
-    parts = [_heading(result), layout_line(result), "",
+    parts = [heading(result), layout_line(result), "",
              table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
              "", pairs(summary_rows(result))]
     if result.get("capacity"):
@@ -165,7 +166,7 @@ def capacity_rows(cap: dict) -> list[list[str]]:
 
 def markdown(result: dict) -> str:
     """The report as Markdown tables."""
-    return "\n\n".join([f"### {_heading(result)}", md_table(OP_HEADERS, op_rows(result)),
+    return "\n\n".join([f"### {heading(result)}", md_table(OP_HEADERS, op_rows(result)),
                         md_table(["quantity", "value"], summary_rows(result))]
                        + ([md_table(["capacity", "value"], capacity_rows(result["capacity"]))]
                           if result.get("capacity") else []))

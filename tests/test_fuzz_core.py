@@ -4,36 +4,21 @@ evaluates to finite numbers or raises a located SpecError, within a time limit."
 from __future__ import annotations
 
 import math
-import signal
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from infest.compiler import elaborate
 from infest.compiler.api import Analysis, analyze, load_model
 from infest.dsl.errors import SpecError
+from limits import time_limit
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 FAST = settings(derandomize=True, deadline=None, max_examples=20,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
-
-
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Fail the example (rather than hang) past `seconds`."""
-    def expire(*_: object) -> None:
-        raise TimeoutError(f"took more than {seconds} s")
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _finite_or_null(result: dict) -> None:

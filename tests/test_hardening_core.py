@@ -2,13 +2,9 @@
 in a located SpecError (CLI: exit 1, no traceback), quickly, or in a correct answer."""
 from __future__ import annotations
 
-import re
-
 import json
-import signal
-from contextlib import contextmanager
+import re
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -21,23 +17,10 @@ from infest.compiler.sweep import sweep
 from infest.compiler.symbols import sym
 from infest.dsl.errors import SpecError
 from infest.exports.cli import main
+from limits import time_limit
 
 ROOT = Path(__file__).parents[1]
 MODELS = ROOT / "specs" / "models"
-
-
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Fail (rather than hang) if the block runs longer than `seconds`."""
-    def expire(*_: object) -> None:
-        raise TimeoutError(f"took more than {seconds} s")
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def spec(tmp_path: Path, body: str, name: str = "m.arch") -> Path:

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from infest.compiler.hardware import EFFICIENCIES, CompiledHardware, efficiencies
+from infest.compiler.hardware import CompiledHardware, efficiencies
 from infest.compiler.terms import TIME_TERMS, derated
 from infest.dsl.errors import Span, fail
 

@@ -28,7 +28,7 @@ from infest.compiler.symbols import B, T, sym
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
     from infest.compiler.elaborate import OpNode
-    from infest.compiler.evaluate import Input
+    from infest.compiler.runner import Input
 
 BANDWIDTH_BOUND_RATIO = 2.0    # measured within 2x of the bandwidth bound: bandwidth bound
 BANDWIDTH_OUT_RATIO = 10.0     # 10x or more below it: look elsewhere

@@ -15,11 +15,11 @@ from infest.compiler.codegen import numpy_source
 from infest.compiler.constraints import check_infos, constraints_source
 from infest.compiler.hardware import EFFICIENCIES, CompiledHardware, efficiencies
 from infest.compiler.keys import PROBE_KEYS
-from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS, Forms
+from infest.compiler.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.model import Forms
+from infest.compiler.terms import BOUND_TERMS
 from infest.compiler.offload import OFFLOAD_INPUTS, default_gpu_experts
-# Input, op_bound and step_bound live in the sympy-free runner; re-exported for callers.
-from infest.compiler.runner import (DEFAULTS, Input, Missing, OpInfo, Runner,  # noqa: F401
-                                    builtin_kinds, op_bound, step_bound)
+from infest.compiler.runner import DEFAULTS, Missing, OpInfo, Runner, builtin_kinds
 from infest.compiler.symbols import BUILTINS, PARALLEL, sym
 
 

@@ -13,7 +13,7 @@ from itertools import combinations
 import sympy
 
 from infest.compiler.elaborate import CompiledModel, OpNode
-from infest.compiler.keys import COST_KEYS, MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS  # noqa: F401
+from infest.compiler.keys import COST_KEYS, STEP_KEYS
 from infest.compiler.functions import Max, floor
 from infest.compiler.ops import L, touched_experts
 from infest.compiler.collectives import Links, call_time
@@ -22,7 +22,7 @@ from infest.compiler.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse, split_
 from infest.compiler.parallel import Layout, shard
 from infest.compiler.policy import Policy
 from infest.compiler.symbols import B, N, PARALLEL, T, sym
-from infest.compiler.terms import BOUND_TERMS, HARD_KEYS, TERM_KEYS, TIME_TERMS
+from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")

@@ -18,7 +18,7 @@ from infest.compiler.terms import TIME_TERMS
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
-    from infest.compiler.evaluate import Input
+    from infest.compiler.runner import Input
 
 # An op's bound label -> the time term it names ("activations" is memory time too).
 _TERM_OF = {label: t.key for t in TIME_TERMS for label in t.bounds} | {"activations": "t_memory_s"}

@@ -51,7 +51,7 @@ def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:
     import sympy
     from infest.compiler.evaluate import form_layout
     from infest.compiler.symbols import sym
-    from infest.compiler.evaluate import DEFAULTS
+    from infest.compiler.runner import DEFAULTS
     from infest.compiler.symbols import PARALLEL
     values: dict = {}
     if not keep_params:  # the layout too: one GPU unless --set tp=8 (--symbolic keeps it)

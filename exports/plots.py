@@ -362,7 +362,7 @@ def _tradeoff_curve(ax, Bs, total, per_seq, fits, color, n: int,
 def bound_map(ax, ctx: _Ctx) -> None:
     """The binding ceiling at every (B, N) of the grid; out-of-memory cells hatched."""
     from matplotlib.colors import ListedColormap
-    from infest.compiler.model import BOUND_TERMS
+    from infest.compiler.terms import BOUND_TERMS
     cmap = ListedColormap([BOUND_COLORS[k] for k in BOUND_TERMS])
     xe, ye = _edges(ctx.Ns), _edges(ctx.Bs)
     # rasterized: a 1000 x 1000 grid stays a small image inside an SVG
@@ -379,8 +379,8 @@ def bound_map(ax, ctx: _Ctx) -> None:
 def _bound_codes(ctx: _Ctx) -> Any:
     """The index in BOUND_TERMS of the binding ceiling, per cell (one grid evaluation)."""
     import numpy as np
-    from infest.compiler.evaluate import step_bound
-    from infest.compiler.model import BOUND_TERMS
+    from infest.compiler.runner import step_bound
+    from infest.compiler.terms import BOUND_TERMS
     shape = (len(ctx.Bs), len(ctx.Ns))
     names = np.broadcast_to(step_bound(ctx.grid(ctx.Bs, ctx.Ns)), shape)
     codes = np.zeros(shape, dtype=int)
@@ -391,7 +391,7 @@ def _bound_codes(ctx: _Ctx) -> Any:
 
 def _bound_handles() -> list:
     from matplotlib.patches import Patch
-    from infest.compiler.model import BOUND_TERMS
+    from infest.compiler.terms import BOUND_TERMS
     handles = [Patch(color=BOUND_COLORS[k], label=k) for k in BOUND_TERMS]
     return handles + [Patch(facecolor="none", edgecolor="k", hatch="///", label="does not fit")]
 

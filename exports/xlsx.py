@@ -31,7 +31,8 @@ from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.hardware import field_doc, may_be_zero
 from infest.compiler.keys import PARALLEL
-from infest.compiler.model import BOUND_TERMS, MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.terms import BOUND_TERMS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.ops import KV_ELEM_NAME
 from infest.compiler.symbols import BUILTIN_DOC, sym

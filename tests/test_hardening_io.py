@@ -115,7 +115,7 @@ def test_deep_calls_and_sums_fail_located_and_deep_parentheses_work(tmp_path: Pa
     calls = " d = " + "max(" * 300 + "1" + ")" * 300 + "\n x = embed(tokens, 2 -> d)"
     assert "MAX_EXPR_DEPTH = 100" in error_of(analyze, spec(tmp_path, calls), hw="hw")
     total = " d = " + "+".join(["1"] * 500) + "\n x = embed(tokens, 2 -> d)"
-    assert f"m.arch:4:6: error: expression nested deeper than MAX_EXPR_DEPTH" \
+    assert "m.arch:4:6: error: expression nested deeper than MAX_EXPR_DEPTH" \
         in error_of(analyze, spec(tmp_path, total), hw="hw")
     parens = " d = " + "(" * 300 + "3" + ")" * 300 + "\n x = embed(tokens, 2 -> d)"
     assert analyze(spec(tmp_path, parens), hw="hw").evaluate()["params"]["total"] == 2 * 3

@@ -79,9 +79,10 @@ class Analysis:
         """The sympy-free evaluator of these forms (built once)."""
         return build_runner(self.forms, self.hardware)
 
-    def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
-        """Every input with its value for this run (defaults, then overrides), checked."""
-        return self.runner.inputs(overrides)
+    def inputs(self, overrides: Mapping[str, Any] | None = None, checked: bool = True
+               ) -> list[Input]:
+        """Every input with its value for this run (see Runner.inputs)."""
+        return self.runner.inputs(overrides, checked)
 
     def check(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> None:
         """Re-check the model's constraints at these inputs (see Runner.check)."""

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.evaluate import form_layout
-from infest.compiler.serve import Request, check_context, check_request, decode_contexts
+from infest.compiler.serve import (Request, busiest_batch, check_context, check_request,
+                                   decode_contexts)
 from infest.compiler.symbols import PARALLEL
 from infest.dsl.errors import fail
 
@@ -94,7 +95,7 @@ def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows:
            per_rank: np.ndarray) -> dict[str, np.ndarray]:
     layout = {k: rows[:, i, None, None] for i, k in enumerate(PARALLEL)}
     C = carried(demand.users, per_rank[None, :, None] * layout["dp"])
-    B = np.ceil(C / layout["dp"]) * layout["dp"]   # the busiest rank's share x dp
+    B = busiest_batch(C, layout["dp"])
     contexts = decode_contexts(demand.isl, demand.osl)
     N = np.append(contexts, demand.isl + demand.osl - 2)[None, None, :]  # last step: fits
     dec = _values(engine.decode, base[0], {**layout, "B": B, "N": N, "T": 1.0})

@@ -90,8 +90,11 @@ class Runner:
         if set(self._functions) != {"forms", "constraints", "probe"}:
             raise ValueError("runner: the generated code lacks its functions")
 
-    def inputs(self, overrides: Mapping[str, Any] | None = None) -> list[Input]:
-        """Every input with its value for this run (defaults, then overrides), checked."""
+    def inputs(self, overrides: Mapping[str, Any] | None = None, checked: bool = True
+               ) -> list[Input]:
+        """Every input with its value for this run (defaults, then overrides); `checked`:
+        the model's constraints hold there (False: the caller checks them at the point it
+        evaluates, e.g. serve's batch, which the default B = 1 would fail with dp = 2)."""
         fixed = {k: _fraction(k, v) for k, v in (overrides or {}).items()}
         self._check_overrides(fixed)
         absent = [m for m in self.missing if m.name not in fixed]
@@ -99,7 +102,8 @@ class Runner:
             raise SpecError([Diagnostic(m.span, m.message, m.hint) for m in absent])
         inputs = [Input(n, self.kinds.get(n, "hardware"), fixed.get(n, self.defaults.get(n)))
                   for n in self.names]
-        self.check({i.name: float(i.value) for i in inputs}, fixed)
+        if checked:
+            self.check({i.name: float(i.value) for i in inputs}, fixed)
         return inputs
 
     def _check_overrides(self, fixed: Mapping[str, Fraction]) -> None:

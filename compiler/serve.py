@@ -10,10 +10,12 @@ define them: TPOT = (E2E - TTFT) / (OSL - 1), so E2E = TTFT + (OSL - 1) x TPOT.
 Token accounting: the prefill step produces output token 1; decode step k = 1..OSL-1
 feeds token k (T = 1) against N = ISL + k - 1 cached tokens and produces token k + 1.
 
-Static batching: C prompts prefill together (TTFT = the prefill step at B = C, N = ISL,
-no queueing), then decode together; TPOT = the mean decode step at B = C over the
-contexts N = ISL .. ISL + OSL - 2 (every one when OSL - 1 <= CONTEXT_POINTS, else the
-CONTEXT_POINTS midpoints of equal slices of that range).
+Static batching: C prompts prefill together (TTFT = the prefill step at B, N = ISL, no
+queueing), then decode together; TPOT = the mean decode step at B over the contexts
+N = ISL .. ISL + OSL - 2 (every one when OSL - 1 <= CONTEXT_POINTS, else the
+CONTEXT_POINTS midpoints of equal slices of that range: ISL + floor((2k + 1)(OSL - 1) /
+(2 CONTEXT_POINTS)), k = 0 .. CONTEXT_POINTS - 1). B is the batch of the busiest
+data-parallel rank times dp, ceil(C / dp) x dp: C itself when dp divides it.
 
 Continuous batching with chunked prefill (per data-parallel replica, C / dp requests):
 C / dp requests decode in every step at the mean context ISL + (OSL - 2) / 2. A finished
@@ -97,7 +99,7 @@ def check_context(analysis: "Analysis", isl: int, osl: int,
                   overrides: Mapping[str, Any]) -> None:
     """A request's whole context (prompt + output) must be within the model's trained
     context: the last output token is produced from ISL + OSL - 1 tokens."""
-    inputs = {i.name: i.value for i in analysis.inputs(overrides)}
+    inputs = {i.name: i.value for i in analysis.inputs(overrides, checked=False)}
     trained = analysis.model.params.get(TRAINED_CONTEXT)
     if trained is None:
         return
@@ -118,22 +120,29 @@ def _count(flag: str, value: Any, lo: int, hi: int, limit: str, hint: str | None
 
 
 def decode_contexts(isl: int, osl: int) -> np.ndarray:
-    """The cached contexts whose decode steps TPOT averages (see the module doc)."""
+    """The cached contexts whose decode steps TPOT averages (see the module doc): the
+    midpoint of slice k of the OSL - 1 decode steps, in whole tokens."""
     steps = osl - 1
     if steps <= CONTEXT_POINTS:
         return isl + np.arange(steps, dtype=float)
-    edges = np.linspace(0, steps, CONTEXT_POINTS + 1)
-    return isl + np.floor((edges[:-1] + edges[1:]) / 2)
+    k = np.arange(CONTEXT_POINTS)
+    return (isl + (2 * k + 1) * steps // (2 * CONTEXT_POINTS)).astype(float)
+
+
+def busiest_batch(concurrency: Any, dp: Any) -> Any:
+    """The global batch the step forms take for C requests over dp data-parallel ranks:
+    the busiest rank's share, ceil(C / dp), times dp (so B / dp is a whole number)."""
+    return np.ceil(np.asarray(concurrency, dtype=float) / dp) * dp
 
 
 def evaluate(analysis: "Analysis", overrides: Mapping[str, Any],
              point: Mapping[str, Any]) -> dict[str, Any]:
     """Every form at the inputs plus `point` (B, N, T: numbers or arrays that broadcast),
     with the model's constraints checked there and every value checked finite."""
-    inputs = analysis.inputs(overrides)
+    inputs = analysis.inputs(overrides, checked=False)  # checked at the point, below
     values = {i.name: float(i.value) for i in inputs}
     values.update({k: np.asarray(v, dtype=float) for k, v in point.items()})
-    analysis.check(values)
+    analysis.check(values, overrides)
     compiled = analysis.compiled([i.name for i in inputs])
     out = compiled(values)
     check_finite(compiled, out, values)
@@ -190,11 +199,14 @@ def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any])
 
 def _static(engine: Engine, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, its bound), (TPOT, its bound), info) for static batching."""
-    pre = evaluate(engine.prefill, overrides, {"B": r.concurrency, "N": r.isl})
+    dp = next((float(i.value) for i in engine.decode.inputs(overrides, checked=False)
+               if i.name == "dp"), 1.0)
+    batch = float(busiest_batch(r.concurrency, dp))
+    pre = evaluate(engine.prefill, overrides, {"B": batch, "N": r.isl})
     contexts = decode_contexts(r.isl, r.osl)
     last = float(r.isl + r.osl - 2)   # the last decode step: its cache then holds ISL + OSL - 1
-    dec = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": last})
-    steps = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": contexts})
+    dec = evaluate(engine.decode, overrides, {"B": batch, "N": last})
+    steps = evaluate(engine.decode, overrides, {"B": batch, "N": contexts})
     key = f"step.{engine.key}"
     ttft = (float(pre[key]), float(pre["step.roofline_s"]))
     tpot = (float(np.mean(steps[key])), float(np.mean(steps["step.roofline_s"])))

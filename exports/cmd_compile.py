@@ -41,9 +41,19 @@ def _write_xlsx(analysis, args: argparse.Namespace, overrides: dict) -> int:
     if analysis.hardware is None:
         raise fail(None, "--xlsx needs --hw", "e.g. --hw h100_sxm")
     path = Path(args.xlsx or f"{analysis.model.name}_{analysis.hardware.name}.xlsx")
-    write_workbook(analysis, path, overrides)
+    write_workbook(analysis, path, overrides, _serving(analysis, args))
     print(f"wrote {path}")
     return 0
+
+
+def _serving(analysis, args: argparse.Namespace):
+    """The decode and prefill analyses for the Plan sheet (the one given and the other)."""
+    from infest.compiler.api import analyze
+    from infest.exports.xlsx_plan import Serving
+    other = "prefill" if analysis.forms.phase == "decode" else "decode"
+    second = analyze(args.spec, hw=args.hw, phase=other, model=args.model, policy=args.policy,
+                     engine=args.engine)
+    return Serving(analysis, second) if other == "prefill" else Serving(second, analysis)
 
 
 def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:

@@ -407,9 +407,14 @@ class ExcelPrinter(StrPrinter):
                 inner = self._pow_text(base, -node)
                 return _Fragment("1/" + _wrap(inner, PREC_MUL, strict=True), PREC_MUL)
         # Both sides strict: (a^b)^c and a^(b^c) must keep their parentheses.
-        text = self.parenthesize(base, PREC_POW, strict=True) + "^" + \
-            self.parenthesize(exp, PREC_POW, strict=True)
-        return _Fragment(text, PREC_POW)
+        b = self._print(base)
+        text = _wrap(b, PREC_POW, strict=True) + "^" + self.parenthesize(exp, PREC_POW, strict=True)
+        if (node is not None and node.is_Number) or not isinstance(self._peek(base), sympy.Add):
+            return _Fragment(text, PREC_POW)
+        # A fraction to a symbolic power (MoE's (1 - k/E)^(B*T) at a prefill's B*T) can
+        # underflow: numpy gives 0 there, LibreOffice's ^ #NUM!, EXP of a large negative 0.
+        log = _wrap(self._print(exp), PREC_MUL) + "*" + _call("LN", [b])
+        return _call("IF", [f"{_wrap(b, PREC_CMP + 1)}>0", _call("EXP", [log]), text])
 
     # -- functions ----------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from infest.exports.xlsx_names import Namer
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
+    from infest.exports.xlsx_plan import Serving
 
 INPUT_FONT = Font(color="0000FF")
 INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")
@@ -127,8 +128,10 @@ def _set_formula(cell, text: str, expr: sympy.Basic | str) -> None:
     cell.comment = Comment(note, "infest")
 
 
-def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any]) -> Path:
-    """Write the workbook for an analysis (hardware required) at the given inputs."""
+def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
+                   serving: "Serving | None" = None) -> Path:
+    """Write the workbook for an analysis (hardware required) at the given inputs; with
+    `serving` (the decode and prefill analyses), a Plan sheet too (exports/xlsx_plan.py)."""
     b = _Builder(analysis, overrides)
     b.wb.active.title = "How to use"
     for title in ("Inputs", "Summary", "Ops", "Sweep", "Charts", "Helpers"):
@@ -138,6 +141,9 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     ops_rows = _ops_sheet(b)
     _summary_sheet(b, ops_rows)
     _sweep_sheet(b)
+    if serving is not None:
+        from infest.exports.xlsx_plan import plan_sheet
+        plan_sheet(b, serving)
     _charts_sheet(b)
     if not b.helpers:  # no formula needed splitting: no empty sheet
         del b.wb["Helpers"]
@@ -154,8 +160,9 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
 
 HOW_TO = [
     ("What to edit", "Only blue cells on yellow: the Inputs sheet's value column (in the unit "
-     "beside it: TB/s, GB, us, TFLOP/s, tokens, sequences) and the Sweep sheet's B and N "
-     "headers. Everything else is a formula; recalculate after editing."),
+     "beside it: TB/s, GB, us, TFLOP/s, tokens, sequences), the Sweep sheet's B and N "
+     "headers and the Plan sheet's request and layout. Everything else is a formula; "
+     "recalculate after editing."),
     ("Number formats", "kv_bytes_per_elem (Inputs) is the KV cache's bytes per element: "
      "2 for bf16, 1 for fp8 (the cache halves, max_batch about doubles). Weight and "
      "activation bytes follow the spec's dtypes."),
@@ -174,6 +181,10 @@ HOW_TO = [
      "step's share. bound names the largest term."),
     ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
      "from the chart-data grids (points that fit only)."),
+    ("Plan", "Serving as `infest serve` computes it (static batching): users, concurrency "
+     "per replica, ISL, OSL, the TPOT and TTFT limits and a layout of its own in; TTFT, "
+     "TPOT, E2E, tokens/s, GPUs needed, fits and whether the limits hold out (plan_<key>). "
+     "TPOT averages the decode step over the context table beside it."),
 ]
 
 
@@ -605,21 +616,27 @@ def _cell_names(b: _Builder, row: int, col: int, header_row: int) -> dict:
 
 
 def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, forms: tuple) -> None:
+    live_cell(b, ws.cell(row, col), _cell_names(b, row, col, grid.top + 1), forms, "Sweep")
+
+
+def live_cell(b: _Builder, cell, names: Mapping[sympy.Symbol, str], forms: tuple,
+              mirror_prefix: str) -> None:
+    """A formula cell of `forms` = (readable, expr) whose symbols print as `names` (its
+    own B, N, ... cells); parts too long for one formula move to mirror sheets
+    `<prefix>_h1`, `_h2`, ... at this cell's own position."""
     readable, expr = forms
-    names = _cell_names(b, row, col, grid.top + 1)
     hoisted: dict[sympy.Basic, str] = {}
 
     def allocate(sub: sympy.Basic) -> str:
-        # A hoisted part lives at the same position on its own mirror sheet, so the
-        # relative B and N references stay those of this cell.
+        # One cell per mirror sheet and position: the part's references stay this cell's.
         if sub not in hoisted:
-            title = f"Sweep_h{len(hoisted) + 1}"
+            title = f"{mirror_prefix}_h{len(hoisted) + 1}"
             mirror = b.wb[title] if title in b.wb.sheetnames else b.wb.create_sheet(title)
-            hoisted[sub] = f"'{title}'!{get_column_letter(col)}{row}"
-            mirror.cell(row, col, "=" + excel_formula_split(sub, names, allocate))
+            hoisted[sub] = f"'{title}'!{cell.column_letter}{cell.row}"
+            mirror.cell(cell.row, cell.column, "=" + excel_formula_split(sub, names, allocate))
         return hoisted[sub]
 
-    _set_formula(ws.cell(row, col), "=" + excel_formula_split(readable, names, allocate), expr)
+    _set_formula(cell, "=" + excel_formula_split(readable, names, allocate), expr)
 
 
 def _mark_unfit(ws, grid: _Grid, fits: _Grid) -> None:

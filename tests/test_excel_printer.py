@@ -52,6 +52,10 @@ def fx(expr: sympy.Basic) -> str:
     (x - y**2, "in_x-in_y^2"),
     (sympy.Integer(-2)**x, "(-2)^in_x"),
     (x**(-y), "in_x^(-in_y)"),
+    # A difference to a symbolic power (MoE's distinct experts): EXP and LN where the
+    # base is positive, so a power that underflows is 0 as in numpy, not LibreOffice's #NUM!.
+    ((1 - x)**y, "IF(1-in_x>0,EXP(in_y*LN(1-in_x)),(1-in_x)^in_y)"),
+    ((1 - x)**(y + 1), "IF(1-in_x>0,EXP((1+in_y)*LN(1-in_x)),(1-in_x)^(1+in_y))"),
 ])
 def test_unary_minus_and_power(expr, expected):
     assert fx(expr) == expected

@@ -168,3 +168,16 @@ def test_a_request_beyond_the_trained_context_is_refused(capsys, verb):
     err = capsys.readouterr().err
     assert "llama3_1_8b.arch:5:3: error: --isl 130000 + --osl 1074 needs a context of " \
            "131,073 tokens; the model was trained for 131,072" in err
+
+
+def test_dp_that_does_not_divide_c_costs_the_busiest_rank(engine: Engine) -> None:
+    """C = 5 over dp = 2: the busier rank holds ceil(5 / 2) = 3 sequences, so every step
+    is the step of B = 3 x 2 = 6 (as `plan` evaluates it); the output counts 5 requests:
+    tokens/s = 5 x OSL / E2E. (At the default B = 1, dp = 2 fails the model's own check
+    that dp divides B: serve checks at the batch it serves.)"""
+    five = serve(engine, Request(1024, 64, 5), {"dp": 2})
+    six = serve(engine, Request(1024, 64, 6), {"dp": 2})
+    assert (five["ttft_s"], five["tpot_s"]) == (six["ttft_s"], six["tpot_s"])
+    assert five["tokens_per_s"] == pytest.approx(5 * 64 / five["e2e_s"], rel=1e-12)
+    assert six["tokens_per_s"] == pytest.approx(6 * 64 / six["e2e_s"], rel=1e-12)
+    assert five["gpus"] == 2

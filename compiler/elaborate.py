@@ -21,7 +21,8 @@ from infest.compiler.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.engine import Fusion, fusion_of
 from infest.compiler.exprs import LIMIT, contains_op_call, to_sympy
 from infest.compiler.ops import KV_ELEM, KV_ELEM_NAME, COMMON_KWARGS, EVERY_TOKEN_KINDS, OPS, touched_experts, OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor
-from infest.compiler.params import TRAINED_CONTEXT, Param, defaults_of, resolve_params
+from infest.compiler.keys import TRAINED_CONTEXT
+from infest.compiler.params import Param, defaults_of, resolve_params
 from infest.compiler.symbols import B, BUILTINS, N, T, sym
 
 if TYPE_CHECKING:

@@ -58,7 +58,9 @@ def build_runner(forms: Forms, hw: CompiledHardware | None) -> Runner:
         source=(numpy_source([sym(n) for n in names], [e for _, e in layout])
                 + constraints_source(model.constraints, check_names)
                 + numpy_source([sym(n) for n in names], _probe_forms(layout),
-                               name="probe")))
+                               name="probe")),
+        policies=tuple(model.policies),
+        spans={p.name: p.span for p in model.params.values() if p.span is not None})
 
 
 def _probe_forms(layout: list[tuple[str, sympy.Expr]]) -> list[sympy.Expr]:

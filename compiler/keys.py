@@ -8,6 +8,8 @@ from __future__ import annotations
 from infest.compiler.terms import BOUND_TERMS, TERM_KEYS
 
 BUILTINS = ("B", "N", "T")
+# The param a spec states its trained context with (tokens a sequence may hold).
+TRAINED_CONTEXT = "trained_context"
 # Parallel degrees: positive integers, default 1, set like any input (--set tp=8).
 PARALLEL = ("tp", "ep", "pp", "dp")
 MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",

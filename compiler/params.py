@@ -15,10 +15,9 @@ import sympy
 from infest.dsl import ast
 from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
 from infest.compiler.exprs import LIMIT, names_in, to_sympy
+from infest.compiler.keys import TRAINED_CONTEXT
 from infest.compiler.symbols import BUILTINS, sym
 
-# The param a spec states its trained context with (tokens a sequence may hold).
-TRAINED_CONTEXT = "trained_context"
 # A workbook names each input `in_<name>`; Excel's defined names are at most 255 characters.
 MAX_NAME_CHARS = 255 - len("in_")
 

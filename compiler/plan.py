@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.evaluate import form_layout
 from infest.compiler.serve import (Request, busiest_batch, check_context, check_request,
                                    decode_contexts)
-from infest.compiler.symbols import PARALLEL
+from infest.compiler.keys import PARALLEL
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
+    from infest.compiler.runner import Runner
     from infest.compiler.serve import Engine
 
 LAYOUT_GPUS = 64          # GPUs in one replica's layout when --gpus-max is not given
@@ -62,8 +62,8 @@ def layouts(max_gpus: int, degrees: frozenset[str] = frozenset(PARALLEL)) -> np.
 
 def used_degrees(engine: "Engine") -> frozenset[str]:
     """The parallel degrees some form depends on (beyond echoing the layout itself)."""
-    used = {s.name for a in (engine.decode, engine.prefill) for key, e in form_layout(a.forms)
-            if not key.startswith("parallel.") for s in e.free_symbols}
+    used = {r.names[i] for r in (engine.decode, engine.prefill)
+            for key, uses in zip(r.keys, r.uses) if not key.startswith("parallel.") for i in uses}
     return frozenset(used & set(PARALLEL))
 
 
@@ -86,9 +86,9 @@ def evaluate_grid(engine: "Engine", demand: Demand, overrides: Mapping[str, Any]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _base(analysis, overrides: Mapping[str, Any]) -> dict[str, float]:
+def _base(runner: "Runner", overrides: Mapping[str, Any]) -> dict[str, float]:
     """Every input at its value (resolved once: resolving walks every form)."""
-    return {i.name: float(i.value) for i in analysis.inputs(overrides)}
+    return {i.name: float(i.value) for i in runner.inputs(overrides)}
 
 
 def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows: np.ndarray,
@@ -113,13 +113,13 @@ def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows:
             "layout_gpus": np.broadcast_to(dec["parallel.gpus"], time.shape)[..., 0]}
 
 
-def _values(analysis, base: Mapping[str, float], point: Mapping[str, Any]) -> dict:
+def _values(runner: "Runner", base: Mapping[str, float], point: Mapping[str, Any]) -> dict:
     """The forms over the grid, and where the model's constraints hold (and all finite)."""
     values = {**base, **point}
-    out = analysis.compiled(list(base))(values)
+    out = runner.compiled(list(base))(values)
     shape = np.broadcast_shapes(*(np.shape(v) for v in point.values()))
     finite = np.isfinite(np.broadcast_to(out["step.estimate_s"], shape))
-    return {**out, "valid": np.broadcast_to(analysis.valid(values), shape) & finite}
+    return {**out, "valid": np.broadcast_to(runner.valid(values), shape) & finite}
 
 
 def plan(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str, Any]

@@ -9,7 +9,7 @@ exactly what an uncached one prints. Nothing here imports sympy.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from typing import Any, Callable, Mapping
@@ -25,7 +25,7 @@ from infest.dsl.errors import Diagnostic, SpecError, Span, did_you_mean, fail
 DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
             **{p: Fraction(1) for p in PARALLEL}}
 MAX_VALUE = 10**30  # --set values past this are typos (and would overflow exact checks)
-FORMAT = 2          # bumped whenever the stored shape of a Runner changes
+FORMAT = 3          # bumped whenever the stored shape of a Runner changes
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class Runner:
     checks: tuple[CheckInfo, ...]
     missing: tuple[Missing, ...]
     source: str                        # generated code: def forms(...), def constraints(...)
+    policies: tuple[str, ...] = ()     # the sharding policies the spec declares
+    spans: dict[str, Span] = field(default_factory=dict)  # where each model param is written
 
     @cached_property
     def _functions(self) -> dict[str, Callable]:
@@ -199,7 +201,8 @@ class Runner:
         d["checks"] = tuple(CheckInfo(**{**c, "span": _span(c["span"]), "uses": tuple(c["uses"])})
                             for c in d["checks"])
         d["missing"] = tuple(Missing(**{**m, "span": _span(m["span"])}) for m in d["missing"])
-        for key in ("groups", "names", "derived", "check_names", "keys"):
+        d["spans"] = {k: Span(**v) for k, v in d["spans"].items()}
+        for key in ("groups", "names", "derived", "check_names", "keys", "policies"):
             d[key] = tuple(d[key])
         d["uses"] = tuple(tuple(u) for u in d["uses"])
         return cls(**d)

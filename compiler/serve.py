@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.finite import check_finite
-from infest.compiler.params import TRAINED_CONTEXT
+from infest.compiler.keys import TRAINED_CONTEXT
 from infest.compiler.terms import HARD_KEYS, TIME_TERMS, derated
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
-    from infest.compiler.api import Analysis
+    from infest.compiler.runner import Runner
     from infest.compiler.speculative import Draft
 
 MAX_TOKENS = 2**24           # ISL, OSL and --chunk: a typo like 1e12 fails before any work
@@ -70,12 +70,17 @@ class Request:
 
 @dataclass
 class Engine:
-    """The decode and prefill analyses of one spec, hardware and policy, and which step
-    time (`use`: a key of USES) the metrics come from."""
+    """The decode and prefill runners of one spec, hardware and policy, and which step
+    time (`use`: a key of USES) the metrics come from. Analyses may be given: their
+    runners are kept (serving needs no sympy, so a cached runner serves as well)."""
 
-    decode: "Analysis"
-    prefill: "Analysis"
+    decode: "Runner"
+    prefill: "Runner"
     use: str = DEFAULT_USE
+
+    def __post_init__(self) -> None:
+        self.decode = getattr(self.decode, "runner", self.decode)
+        self.prefill = getattr(self.prefill, "runner", self.prefill)
 
     @property
     def key(self) -> str:
@@ -95,17 +100,13 @@ def check_request(r: Request) -> None:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
 
 
-def check_context(analysis: "Analysis", isl: int, osl: int,
-                  overrides: Mapping[str, Any]) -> None:
+def check_context(runner: "Runner", isl: int, osl: int, overrides: Mapping[str, Any]) -> None:
     """A request's whole context (prompt + output) must be within the model's trained
     context: the last output token is produced from ISL + OSL - 1 tokens."""
-    inputs = {i.name: i.value for i in analysis.inputs(overrides, checked=False)}
-    trained = analysis.model.params.get(TRAINED_CONTEXT)
-    if trained is None:
-        return
-    limit = inputs.get(TRAINED_CONTEXT, trained.default)
+    inputs = {i.name: i.value for i in runner.inputs(overrides, checked=False)}
+    limit = inputs.get(TRAINED_CONTEXT, runner.defaults.get(TRAINED_CONTEXT))
     if limit is not None and isl + osl - 1 > limit:
-        raise fail(trained.span, f"--isl {isl} + --osl {osl} needs a context of "
+        raise fail(runner.spans.get(TRAINED_CONTEXT), f"--isl {isl} + --osl {osl} needs a context of "
                    f"{isl + osl - 1:,} tokens; the model was trained for {int(limit):,}",
                    "shorten the request, or --set trained_context=... to ask what if")
 
@@ -135,15 +136,15 @@ def busiest_batch(concurrency: Any, dp: Any) -> Any:
     return np.ceil(np.asarray(concurrency, dtype=float) / dp) * dp
 
 
-def evaluate(analysis: "Analysis", overrides: Mapping[str, Any],
+def evaluate(runner: "Runner", overrides: Mapping[str, Any],
              point: Mapping[str, Any]) -> dict[str, Any]:
     """Every form at the inputs plus `point` (B, N, T: numbers or arrays that broadcast),
     with the model's constraints checked there and every value checked finite."""
-    inputs = analysis.inputs(overrides, checked=False)  # checked at the point, below
+    inputs = runner.inputs(overrides, checked=False)  # checked at the point, below
     values = {i.name: float(i.value) for i in inputs}
     values.update({k: np.asarray(v, dtype=float) for k, v in point.items()})
-    analysis.check(values, overrides)
-    compiled = analysis.compiled([i.name for i in inputs])
+    runner.check(values, overrides)
+    compiled = runner.compiled([i.name for i in inputs])
     out = compiled(values)
     check_finite(compiled, out, values)
     return {**out, "inputs": values}
@@ -265,7 +266,7 @@ _MIXED = {
 }
 
 
-def mixed_step(analysis: "Analysis", dec: Mapping[str, Any], pre: Mapping[str, Any],
+def mixed_step(runner: "Runner", dec: Mapping[str, Any], pre: Mapping[str, Any],
                tot: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """{estimate_s, roofline_s} of one forward carrying the decode point `dec` and the
     chunk point `pre`; `tot` is the same layout at all their tokens with no cache (its
@@ -273,7 +274,7 @@ def mixed_step(analysis: "Analysis", dec: Mapping[str, Any], pre: Mapping[str, A
     all). The estimate divides each term by its efficiency, as compiler/model.py does."""
     ins = dec["inputs"]
     est, roof = 0.0, 0.0
-    for i in range(len(analysis.forms.ops)):
+    for i in range(len(runner.ops)):
         q = {name: _keyed(src, i) for name, src in (("d", dec), ("p", pre), ("t", tot))}
         fix = (q["t"]["weight_bytes"] - q["d"]["weight_bytes"] - q["p"]["weight_bytes"]) / ins["mem_bw"]
         terms = {t.key: _MIXED[t.name](q["d"], q["p"], q["t"], fix, t.key) for t in TIME_TERMS}

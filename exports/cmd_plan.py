@@ -70,6 +70,6 @@ def run(args: argparse.Namespace) -> int:
 def _engines(args: argparse.Namespace) -> dict:
     """One engine per policy searched (--policy, else every one the spec declares)."""
     first = make_engine(args)
-    policies = [args.policy] if args.policy else list(first.decode.model.policies) or [None]
-    return {p or "none": (first if p == first.decode.forms.layout.policy else make_engine(args, p))
+    policies = [args.policy] if args.policy else list(first.decode.policies) or [None]
+    return {p or "none": (first if p == first.decode.policy else make_engine(args, p))
             for p in policies}

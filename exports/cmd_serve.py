@@ -41,11 +41,12 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
 
 
 def make_engine(args: argparse.Namespace, policy: str | None = None):
-    """The decode and prefill analyses of the spec on the command line."""
-    from infest.compiler.api import analyze
+    """The decode and prefill runners of the spec on the command line (from the private
+    cache when nothing changed)."""
+    from infest.compiler.cache import cached_runner
     from infest.compiler.serve import Engine
     policy = policy if policy is not None else args.policy
-    return Engine(*(analyze(args.spec, hw=args.hw, phase=phase, model=args.model, policy=policy)
+    return Engine(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model, policy=policy)
                     for phase in ("decode", "prefill")), use=args.use)
 
 
@@ -59,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     draft = _draft(args)
     engine = make_engine(args)
     result = serve(engine, request, parse_sets(args.set), draft)
-    result.update(use=args.use, model=engine.decode.model.name, hardware=engine.decode.hardware.name,
-                  policy=engine.decode.forms.layout.policy, isl=args.isl, osl=args.osl,
+    result.update(use=args.use, model=engine.decode.model, hardware=engine.decode.hardware,
+                  policy=engine.decode.policy, isl=args.isl, osl=args.osl,
                   concurrency=args.concurrency, batching=args.batching)
     print(json.dumps(result, indent=2) if args.json else serve_text(result))
     return 0
@@ -73,12 +74,12 @@ def _draft(args: argparse.Namespace):
         if args.acceptance is not None:
             raise fail(None, "--acceptance needs --draft SPEC")
         return None
-    from infest.compiler.api import analyze
+    from infest.compiler.cache import cached_runner
     from infest.compiler.serve import Engine
     from infest.compiler.speculative import Draft, check_draft
     if args.acceptance is None:
         raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
     check_draft(args.draft_len, args.acceptance)
-    engine = Engine(*(analyze(args.draft, hw=args.hw, phase=phase) for phase in ("decode", "prefill")),
-                    use=args.use)
+    engine = Engine(*(cached_runner(args.draft, args.hw, phase=phase)
+                      for phase in ("decode", "prefill")), use=args.use)
     return Draft(engine, args.draft_len, args.acceptance)

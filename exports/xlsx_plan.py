@@ -27,7 +27,7 @@ from openpyxl.formatting.rule import FormulaRule
 from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.keys import PARALLEL
-from infest.compiler.params import TRAINED_CONTEXT
+from infest.compiler.keys import TRAINED_CONTEXT
 from infest.compiler.serve import CONTEXT_POINTS, METRIC_KEYS, USES
 from infest.compiler.symbols import sym
 from infest.exports.xlsx import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT, UNFIT_FILL,

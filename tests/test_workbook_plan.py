@@ -18,16 +18,15 @@ from infest.exports.xlsx_plan import Serving
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 
 
-def _engine(spec: str, hw: str, policy: str | None = None) -> Engine:
-    return Engine(*(analyze(MODELS / spec, hw=hw, phase=p, policy=policy)
-                    for p in ("decode", "prefill")))
+def _serving(spec: str, hw: str, policy: str | None = None) -> Serving:
+    return Serving(*(analyze(MODELS / spec, hw=hw, phase=p, policy=policy)
+                     for p in ("decode", "prefill")))
 
 
-def _recalculated(tmp_path: Path, engine: Engine, edits: dict, soffice: str):
+def _recalculated(tmp_path: Path, serving: Serving, edits: dict, soffice: str):
     """Write the workbook, type `edits` into plan_<key> cells, recalculate."""
     (tmp_path / "in").mkdir()
-    src = write_workbook(engine.decode, tmp_path / "in" / "book.xlsx", {},
-                         Serving(engine.decode, engine.prefill))
+    src = write_workbook(serving.decode, tmp_path / "in" / "book.xlsx", {}, serving)
     wb = openpyxl.load_workbook(src)
     for key, value in edits.items():
         _cell(wb, f"plan_{key}").value = value
@@ -77,8 +76,9 @@ CASES = [
                          ids=["llama-defaults", "llama-tp2-dp2-short", "qwen3-tp4-ep4", "unfit"])
 def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: str,
                                  policy: str | None, edits: dict) -> None:
-    engine = _engine(spec, hw, policy)
-    wb = _recalculated(tmp_path, engine, edits, soffice)
+    serving = _serving(spec, hw, policy)
+    engine = Engine(serving.decode, serving.prefill)
+    wb = _recalculated(tmp_path, serving, edits, soffice)
     sheet = {k: _value(wb, k) for k in ("users", "concurrency", "isl", "osl", "tpot_max",
                                          "ttft_max", "tp", "ep", "pp", "dp")}
     layout = {k: sheet[k] for k in ("tp", "ep", "pp", "dp") if sheet[k] != 1}
@@ -95,21 +95,21 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
 def test_unfit_case_really_does_not_fit(tmp_path: Path, soffice: str) -> None:
     """The last case is there for its FALSE: 4,096 sequences x 30,038 tokens x 32 layers x
     8 KV heads x 128 x 2 (K and V) x 2 bytes = 4,096 x 3.94 GB, far past 80 GB."""
-    engine = _engine("llama3_1_8b.arch", "h100_sxm")
-    wb = _recalculated(tmp_path, engine, CASES[-1][3], soffice)
+    wb = _recalculated(tmp_path, _serving("llama3_1_8b.arch", "h100_sxm"), CASES[-1][3], soffice)
     assert _value(wb, "fits") is False and _value(wb, "ok") is False
 
 
 def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> None:
     """`plan`'s best layout and concurrency, typed into the Plan sheet, give its GPUs,
     TTFT and TPOT."""
-    engine = _engine("llama3_1_8b.arch", "h100_sxm", "full")
+    serving = _serving("llama3_1_8b.arch", "h100_sxm", "full")
+    engine = Engine(serving.decode, serving.prefill)
     demand = Demand(isl=2048, osl=128, users=300, tpot_max=0.03)
     best = plan({"full": engine}, demand, {})["best"]
     edits = {"users": 300, "isl": 2048, "osl": 128, "tpot_max": 30,
              "concurrency": best["concurrency_per_replica"],
              **{k: best[k] for k in ("tp", "ep", "pp", "dp")}}
-    wb = _recalculated(tmp_path, engine, edits, soffice)
+    wb = _recalculated(tmp_path, serving, edits, soffice)
     assert _value(wb, "gpus_needed") == best["gpus"]
     assert _value(wb, "replicas") == best["replicas"]
     for key in ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user"):
@@ -118,9 +118,8 @@ def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> No
 
 
 def test_every_serve_metric_has_a_plan_cell(tmp_path: Path) -> None:
-    engine = _engine("llama3_1_8b.arch", "h100_sxm")
-    src = write_workbook(engine.decode, tmp_path / "book.xlsx", {},
-                         Serving(engine.decode, engine.prefill))
+    serving = _serving("llama3_1_8b.arch", "h100_sxm")
+    src = write_workbook(serving.decode, tmp_path / "book.xlsx", {}, serving)
     names = openpyxl.load_workbook(src).defined_names
     assert all(f"plan_{key}" in names for key in METRIC_KEYS)
     assert all(f"plan_bound_{key}" in names for key in BOUND_KEYS)

@@ -30,7 +30,7 @@ from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.hardware import field_doc, may_be_zero
-from infest.compiler.keys import PARALLEL
+from infest.compiler.keys import PARALLEL, TRAINED_CONTEXT
 from infest.compiler.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.terms import BOUND_TERMS
 from infest.compiler.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
@@ -176,7 +176,8 @@ HOW_TO = [
      "assumption about the engine (CUDA graphs and fusion beat it)."),
     ("Does not fit", "memory.fits FALSE turns the Summary's fits and throughput rows red: "
      "that batch and context do not fit in memory, so the point is not achievable. On the "
-     "Sweep sheet such cells are grey and struck through; the charts leave them out."),
+     "Sweep sheet such cells are grey and struck through; the charts leave them out (and "
+     "contexts past the model's trained context)."),
     ("Ops", "A row per op: per-instance costs and time terms; count x the row gives the "
      "step's share. bound names the largest term."),
     ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
@@ -555,16 +556,18 @@ def _grids() -> list[_Grid]:
 def _sweep_sheet(b: _Builder) -> None:
     ws = b.wb["Sweep"]
     ws.cell(1, 1, "B down, N across; other inputs from the Inputs sheet. Grey cells do not "
-                  "fit in memory: not achievable. Edit the blue headers of the first grid.")
+                  "fit in memory, or lie past the model's trained context: not achievable. "
+                  "Edit the blue headers of the first grid.")
     grids = {g.key: g for g in _grids()}
+    trained = b.names.get(sym(TRAINED_CONTEXT))  # its cell, when the model states one
     for grid in grids.values():
         _grid_frame(ws, grid, grids["tokens_per_s"])
     for key in ("tokens_per_s", "time_s"):
         _value_grid(b, ws, grids[key], b.analysis.forms.step[key])
-        _mark_unfit(ws, grids[key], grids["fits"])
+        _mark_unfit(ws, grids[key], grids["fits"], trained)
     _value_grid(b, ws, grids["fits"], b.analysis.forms.memory["fits"])
     for key in ("tokens_per_s", "time_s"):
-        _chart_grid(ws, grids["chart." + key], grids[key], grids["fits"])
+        _chart_grid(ws, grids["chart." + key], grids[key], grids["fits"], trained)
     ws.column_dimensions["A"].width = 12
     for col in range(2, len(SWEEP_N) + 2):
         ws.column_dimensions[get_column_letter(col)].width = 14
@@ -639,21 +642,28 @@ def live_cell(b: _Builder, cell, names: Mapping[sympy.Symbol, str], forms: tuple
     _set_formula(cell, "=" + excel_formula_split(readable, names, allocate), expr)
 
 
-def _mark_unfit(ws, grid: _Grid, fits: _Grid) -> None:
-    """Conditional format: grey where the fits grid says the point does not fit."""
+def _mark_unfit(ws, grid: _Grid, fits: _Grid, trained: str | None) -> None:
+    """Conditional format: grey where the fits grid says the point does not fit, or
+    (`trained`: the trained context's cell name) where N is past the trained context."""
     first_row = grid.top + 2
     last = f"{get_column_letter(len(SWEEP_N) + 1)}{first_row + len(SWEEP_B) - 1}"
+    unfit = f"NOT(B{fits.top + 2})"
+    if trained is not None:
+        unfit = f"OR({unfit},B${grid.top + 1}>{trained})"
     ws.conditional_formatting.add(f"B{first_row}:{last}", FormulaRule(
-        formula=[f"NOT(B{fits.top + 2})"], fill=OOM_FILL, font=OOM_FONT))
+        formula=[unfit], fill=OOM_FILL, font=OOM_FONT))
 
 
-def _chart_grid(ws, grid: _Grid, values: _Grid, fits: _Grid) -> None:
-    """Values where they fit, #N/A elsewhere: charts leave those points out."""
+def _chart_grid(ws, grid: _Grid, values: _Grid, fits: _Grid, trained: str | None) -> None:
+    """Values where they fit (and N is within the trained context), #N/A elsewhere:
+    charts leave those points out."""
     for i in range(len(SWEEP_B)):
         for j in range(2, len(SWEEP_N) + 2):
             col = get_column_letter(j)
-            ws.cell(grid.top + 2 + i, j, f"=IF({col}{fits.top + 2 + i},"
-                                         f"{col}{values.top + 2 + i},NA())")
+            ok = f"{col}{fits.top + 2 + i}"
+            if trained is not None:
+                ok = f"AND({ok},{col}${grid.top + 1}<={trained})"
+            ws.cell(grid.top + 2 + i, j, f"=IF({ok},{col}{values.top + 2 + i},NA())")
             ws.cell(grid.top + 2 + i, j).number_format = _GRID_FORMATS[values.key]
 
 

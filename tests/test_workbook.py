@@ -209,6 +209,22 @@ def test_sweep_chart_data_leaves_out_exactly_the_unfit_points(tmp_path: Path, so
     assert 0 < unfit < 72
 
 
+def test_sweep_leaves_out_contexts_past_the_trained_one(tmp_path: Path, soffice: str) -> None:
+    """Qwen3-30B-A3B was trained for 40,960 tokens: at N = 65,536 one sequence fits on an
+    H200 (48 layers x 4 KV heads x 128 x 2 (K, V) x 2 bytes = 98,304 bytes a token, 6.4 GB,
+    beside ~61 GB of weights in 141 GB) but is not a context the model serves, so the
+    chart grid leaves it out."""
+    analysis = analyze(MODELS / "qwen3_30b_a3b.arch", hw="h200_sxm")
+    wb = _recalculated(tmp_path, analysis, {}, soffice)
+    ws = wb["Sweep"]
+    top = {ws.cell(r, 1).value: r for r in range(1, ws.max_row + 1)}
+    fits, chart = top["fits in memory"], top["chart data: tokens/s where it fits (#N/A: does not fit)"]
+    column = {ws.cell(fits + 1, j).value: j for j in range(2, 10)}
+    assert ws.cell(fits + 2, column[65536]).value is True         # B = 1 fits ...
+    assert ws.cell(chart + 2, column[65536]).value == "#N/A"       # ... but is past 40,960
+    assert isinstance(ws.cell(chart + 2, column[32768]).value, float)
+
+
 def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
     analysis = analyze(MODELS / "qwen3_30b_a3b.arch", hw="h200_sxm")
     wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))

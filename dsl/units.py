@@ -1,4 +1,5 @@
-"""Units on literals: every value is stored in base units (bytes, B/s, FLOP/s, FLOP, s).
+"""Units on literals: every value is stored in base units (bytes, B/s, FLOP/s, FLOP, s);
+integer-op rates (`TOPS`, `TOP/s`) are stored as FLOP/s, one op each.
 
 Decimal prefixes are powers of 1000 (GB = 1e9 bytes, TB/s = 1e12 bytes/s), binary
 ones powers of 1024 (GiB = 2^30 bytes). A bare `k` on a count is 1024, because
@@ -25,7 +26,9 @@ def _build_table() -> dict[str, tuple[Fraction, str]]:
         table[f"{prefix}B/s"] = (f, BANDWIDTH)
     for prefix, factor in _DECIMAL.items():
         f = Fraction(factor)
-        for spelling in ("FLOP/s", "FLOPS", "FLOPs/s"):
+        # Integer ops a second (`624 TOPS`, datasheets' int8 peaks) count as operations
+        # in the same rate as FLOP/s: 1 TOPS = 1e12 ops/s, and flops_int8 takes either.
+        for spelling in ("FLOP/s", "FLOPS", "FLOPs/s", "OP/s", "OPS"):
             table[f"{prefix}{spelling}"] = (f, FLOPS_RATE)
         table[f"{prefix}FLOP"] = (f, FLOP_COUNT)
     table.update({"ns": (Fraction(1, 10**9), TIME), "us": (Fraction(1, 10**6), TIME),

@@ -40,7 +40,8 @@ def _print_hardware() -> None:
     for name, path in shipped("hardware").items():
         for hw_ast, file in load_program(path).hardware.values():
             f = {k: float(v.value) for k, v in compile_hardware(hw_ast, file).fields.items()}
-            peaks = [si(f[f"flops_{d}"], "FLOP/s") if f"flops_{d}" in f else "-" for d in _PEAKS]
+            peaks = [si(f[f"flops_{d}"], "OP/s" if d == "int8" else "FLOP/s")
+                     if f"flops_{d}" in f else "-" for d in _PEAKS]
             rows.append([name, hw_ast.title, si(f["mem_capacity"], "B"), si(f["mem_bw"], "B/s"),
                          *peaks, si(f["link_bw"], "B/s") if "link_bw" in f else "-",
                          str(int(f.get("gpus_per_node", 1)))])

@@ -14,7 +14,9 @@ from infest.dsl.errors import SpecError
 from infest.exports.cli import main
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
-CATALOGUE = ("a100_sxm_80gb", "h20", "b200", "mi300x", "l40s", "rtx_4090", "rtx_5090")
+CATALOGUE = ("a100_sxm_40gb", "a100_sxm_80gb", "h100_sxm", "h100_pcie", "h100_nvl", "h20",
+             "h200_sxm", "gh200", "b200", "gb200", "mi300x", "mi325x", "l40s", "rtx_4090",
+             "rtx_5090")
 
 
 def fields(name: str) -> dict[str, float]:
@@ -46,6 +48,22 @@ def test_each_part_loads_with_links(name: str) -> None:
     ("rtx_4090", "mem_bw", 1008 / 3350),
     # RTX 5090 fp8 (FP32 accumulate) 419 vs 1979: 0.2117
     ("rtx_5090", "flops_fp8", 419 / 1979),
+    # A100 40GB HBM2 1,555 GB/s vs 3,350: 0.4642
+    ("a100_sxm_40gb", "mem_bw", 1555 / 3350),
+    # H100 PCIe bf16 1,513 sparse / 2 = 756.5 vs 989: 0.7649
+    ("h100_pcie", "flops_bf16", 756.5 / 989),
+    # H100 NVL fp8 3,341 sparse / 2 = 1,670.5 vs 1,979: 0.8441
+    ("h100_nvl", "flops_fp8", 1670.5 / 1979),
+    # H100 NVL 94 GB vs 80 GB: 1.175
+    ("h100_nvl", "mem_capacity", 94 / 80),
+    # GB200 NVL72 bf16 360 PFLOPS sparse / 72 GPUs / 2 = 2,500 TFLOP/s vs 989: 2.528
+    ("gb200", "flops_bf16", 2500 / 989),
+    # GB200 NVL72 130 TB/s NVLink / 72 / 2 directions = 902.8, quoted 900 GB/s vs 450: 2
+    ("gb200", "link_bw", 900 / 450),
+    # MI325X 6 TB/s vs 3.35 TB/s: 1.791
+    ("mi325x", "mem_bw", 6 / 3.35),
+    # MI325X int8 2,614.9 TOPS vs 1,979: 1.3213
+    ("mi325x", "flops_int8", 2614.9 / 1979),
 ])
 def test_one_ratio_per_part_against_the_h100(name: str, key: str, ratio: float) -> None:
     assert fields(name)[key] / fields("h100_sxm")[key] == pytest.approx(ratio, rel=1e-9)
@@ -56,8 +74,25 @@ def test_b200_fp4_is_four_times_bf16() -> None:
     assert f["flops_fp4"] / f["flops_bf16"] == 4
 
 
+def test_gb200_is_one_72_gpu_nvlink_domain() -> None:
+    """NVL72: 72 GPUs on NVLink; fp4 1,440 PFLOPS sparse / 72 / 2 = 10 PFLOPS dense, four
+    times its bf16 2.5; 13.4 TB HBM3e / 72 = 186 GB."""
+    f = fields("gb200")
+    assert f["gpus_per_node"] == 72 and f["flops_fp4"] == 10e15 == 4 * f["flops_bf16"]
+    assert f["mem_capacity"] == 186e9
+
+
+def test_int8_peaks_are_written_in_tops() -> None:
+    """Every part with an int8 peak spells it in TOPS (integer ops), not TFLOP/s."""
+    for name, path in shipped("hardware").items():
+        text = path.read_text()
+        if "flops_int8" in text:
+            assert "TOPS" in text.split("flops_int8 =")[1].split(";")[0], name
+
+
 @pytest.mark.parametrize("name, absent", [
-    ("a100_sxm_80gb", "flops_fp8"), ("a100_sxm_80gb", "flops_fp4"), ("h20", "flops_fp4"),
+    ("a100_sxm_40gb", "flops_fp8"), ("h100_pcie", "flops_fp4"), ("h100_nvl", "flops_fp4"),
+    ("mi325x", "flops_fp4"), ("a100_sxm_80gb", "flops_fp8"), ("a100_sxm_80gb", "flops_fp4"), ("h20", "flops_fp4"),
     ("mi300x", "flops_fp4"), ("l40s", "flops_fp4"), ("rtx_4090", "flops_fp4")])
 def test_parts_lack_math_their_silicon_lacks(name: str, absent: str) -> None:
     assert absent not in fields(name)
@@ -86,3 +121,7 @@ def test_list_shows_the_catalogue(capsys: pytest.CaptureFixture) -> None:
     # the A100 row: 80 GB, 2.04 TB/s, no fp8 or fp4 peak
     row = next(line for line in hardware.splitlines() if line.startswith("a100_sxm_80gb"))
     assert "80 GB" in row and "2.04 TB/s" in row and row.split().count("-") == 2
+    # int8 in integer ops: 624 TOPS
+    assert "624 TOP/s" in row
+    gb200 = next(line for line in hardware.splitlines() if line.startswith("gb200"))
+    assert "186 GB" in gb200 and "10 PFLOP/s" in gb200 and gb200.split()[-1] == "72"

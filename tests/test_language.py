@@ -33,6 +33,16 @@ def test_units_are_stored_in_base_units() -> None:
                       "d": pytest.approx(4e-6), "e": 32768}
 
 
+def test_integer_op_rates_are_ops_per_second() -> None:
+    """`624 TOPS` (a datasheet's int8 peak) = 624e12 ops/s, stored like FLOP/s; `TOP/s`,
+    `POPS` and `--set flops_int8=4.5POPS` read the same way."""
+    from infest.dsl.units import FLOPS_RATE, parse_value
+    spec = parse("hardware h { a = 624 TOPS; b = 1979 TOP/s; c = 4.5 POPS }")
+    values = {f.name: f.value.value for f in spec.items[0].fields}
+    assert values == {"a": 624 * 10**12, "b": 1979 * 10**12, "c": 4_500 * 10**12}
+    assert parse_value("4.5POPS") == (4_500 * 10**12, FLOPS_RATE)
+
+
 def test_linear_costs(tmp_path: Path) -> None:
     r = run(tmp_path, "d = 8\n x = embed(tokens, 100 -> d)\n y = linear(x, d -> 16)", B=4, N=1)
     y = op(r, "y")

@@ -6,8 +6,8 @@ naming what import-hf lacks; never a crash, never a silently wrong count. The he
 """
 from __future__ import annotations
 
+import json
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
@@ -64,7 +64,6 @@ def test_manifest_lists_every_config_once_with_a_source() -> None:
 
 
 def test_manifest_model_types_match_the_configs() -> None:
-    import json
     for entry in ENTRIES:
         assert json.loads(entry.path.read_text()).get("model_type") == entry.model_type
 
@@ -95,7 +94,7 @@ def test_excluded_tables_come_from_the_config() -> None:
     assert table_params(nested, ["embedding", "lm_head"]) == 40       # a tied head: 0
 
 
-def test_an_error_that_names_no_field_is_not_enough(tmp_path: Path) -> None:
+def test_an_error_that_names_no_field_is_not_enough() -> None:
     entry = next(e for e in ENTRIES if e.name == "Qwen--Qwen3-8B")
     assert names_what_is_missing("unknown model_type 'x'", entry)
     assert names_what_is_missing("config field 'rope_scaling' is odd", entry)

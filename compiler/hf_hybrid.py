@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from infest.compiler.hf_import import (MAX_LAYERS, Config, _base_dtype, _op, _safe, _title,
-                                       identifier, trained_context)
+from infest.compiler.hf_import import (MAX_LAYERS, Arch, Config, _base_dtype, _op, _safe,
+                                       _title, identifier, read_arch, trained_context)
 from infest.compiler.hf_quant import Formats, formats
 from infest.dsl.errors import SpecError, fail
 
@@ -365,6 +365,39 @@ def _layer_lines(kinds: Mapping[str, list[tuple[str, str | None, str | None]]]
                              comment=None if brace else comment, suffix="{" if brace else ""))
         out[name] = lines
     return out
+
+
+# ---- qwen3_vl: the text model of a vision-language config -------------------------------------
+
+VL_TEXT = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
+# Top-level fields of a Qwen3-VL config that describe the text model too.
+_VL_SHARED = ("architectures", "tie_word_embeddings", "quantization_config", "torch_dtype")
+
+
+def read_vl(data: Mapping[str, Any], source: str = "config.json",
+            quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
+            gguf: str | None = None) -> Arch:
+    """A Qwen3-VL (dense or MoE) config's language model as a qwen3 / qwen3_moe Arch; the
+    vision tower is left out of the spec and named in its header."""
+    cfg = Config(data, source)
+    text, vision = data.get("text_config"), data.get("vision_config")
+    if not isinstance(text, dict):
+        raise _fail(cfg, "text_config", "must be an object (the language model's config)")
+    merged = dict(text) | {k: data[k] for k in _VL_SHARED if data.get(k) is not None}
+    if merged.get("torch_dtype") is None and text.get("dtype") is not None:
+        merged["torch_dtype"] = text["dtype"]  # newer configs spell it `dtype`
+    merged["model_type"] = VL_TEXT[cfg.str("model_type")]
+    arch = read_arch(merged, source, quant, name, gguf)
+    return replace(arch, family=cfg.str("model_type"), notes=arch.notes + (_vision_note(
+        Config(vision if isinstance(vision, dict) else {}, f"{source} vision_config")),))
+
+
+def _vision_note(vision: Config) -> str:
+    depth, width = vision.opt_int("depth"), vision.opt_int("hidden_size")
+    shape = f" ({depth} blocks of width {width})" if depth and width else ""
+    return (f"The vision tower{shape} is not in this spec: it runs once per image in "
+            "prefill, a decode step never reads it, and its weights are not counted in "
+            "params or memory; the language model from text_config is.")
 
 
 # ---- Hybrid -> text ---------------------------------------------------------------------------

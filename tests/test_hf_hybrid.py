@@ -201,3 +201,55 @@ def test_cli_imports_a_hybrid(tmp_path: Path) -> None:
     out = tmp_path / "nemotron.arch"
     assert main(["import-hf", str(HF / f"{NEMOTRON_H}.config.json"), "-o", str(out)]) == 0
     assert analyze(out).model.name == "nemotron"
+
+
+# ---- Qwen3-VL: the language model of the vision-language config ------------------------------
+
+def test_qwen3_vl_8b_text_model_and_vision_tower(tmp_path: Path) -> None:
+    """Qwen3-VL-8B-Instruct's text_config is Qwen3-8B's shape (hidden 4096, 36 layers,
+    32 q / 8 kv heads x 128, QK-norm, ffn 12288, vocab 151936, untied):
+      36 * (2*4096*4096 + 2*4096*1024 + 256 + 3*4096*12288 + 2*4096) + 2*151936*4096 + 4096
+      = 8,190,735,360 (test_hf_import.py's Qwen3-8B), the spec's total.
+    The vision tower (vision_config: 27 blocks of width 1152, mlp 4304, patch 16 x 16 x 2
+    frames, 2304 position rows, 2 x 2 merge to 4096, deepstack at 3 layers), by hand:
+      patch conv 3*2*16*16*1152 + 1152 = 1,770,624; positions 2304*1152 = 2,654,208;
+      a block: 2 LayerNorms 4,608 + qkv 1152*3456 + 3456 = 3,984,768 + proj 1,328,256
+        + fc1 1152*4304 + 4304 = 4,962,512 + fc2 4304*1152 + 1152 = 4,959,360
+        = 15,239,504, x 27 = 411,466,608;
+      merger: LayerNorm(1152) 2,304 + fc1 4608*4608 + 4608 = 21,238,272
+        + fc2 4608*4096 + 4096 = 18,878,464 = 40,119,040;
+      3 deepstack mergers (LayerNorm over 4608: 9,216) 3 * 40,125,952 = 120,377,856
+      = 576,388,336, left out of the spec (its header says so).
+    Text + vision = 8,767,123,696: the published "8.77B parameters" (model tables quoting
+    the checkpoint). The card's "8B" is the text model's class: 8.19B in [7.5, 8.5)B."""
+    path = imported(tmp_path, "Qwen--Qwen3-VL-8B-Instruct")
+    p = evaluate(path, {"B": 8, "N": 4096})["params"]
+    assert p["total"] == p["active"] == 8_190_735_360
+    assert round((p["total"] + 576_388_336) / 1e7) == 877
+    assert 7.5e9 <= p["total"] < 8.5e9
+    text = path.read_text()
+    assert "qwen3_vl" in text and "vision tower (27 blocks of width 1152)" in text
+
+
+def test_qwen3_vl_moe_reads_its_text_config_as_qwen3_moe(tmp_path: Path) -> None:
+    """A qwen3_vl_moe wrapper around Qwen3-30B-A3B's text config imports to the same
+    totals as the plain config (30,532,122,624 / 3,353,032,704: test_models.py)."""
+    text = json.loads((HF / "Qwen--Qwen3-30B-A3B.config.json").read_text())
+    wrapped = {"model_type": "qwen3_vl_moe", "tie_word_embeddings": False,
+               "text_config": text | {"model_type": "qwen3_vl_moe_text"},
+               "vision_config": {"depth": 27, "hidden_size": 1152}}
+    source = tmp_path / "vl_moe.config.json"
+    source.write_text(json.dumps(wrapped))
+    out = tmp_path / "vl_moe.arch"
+    out.write_text(import_hf(source))
+    plain = imported(tmp_path, "Qwen--Qwen3-30B-A3B")
+    a, b = (evaluate(p, {"B": 8, "N": 2048})["params"] for p in (out, plain))
+    assert (a["total"], a["active"]) == (b["total"], b["active"])
+
+
+def test_qwen3_vl_without_text_config_is_named(tmp_path: Path) -> None:
+    source = tmp_path / "vl.config.json"
+    source.write_text(json.dumps({"model_type": "qwen3_vl", "hidden_size": 4096}))
+    with pytest.raises(SpecError) as exc:
+        import_hf(source)
+    assert "'text_config'" in str(exc.value)

@@ -103,7 +103,7 @@ def _qwen3_next_checks(cfg: Config) -> None:
     _check_equal(cfg, "use_sliding_window", (None, False), "import-hf models full attention")
 
 
-def _qwen3_next_plan(cfg: Config, layers: int) -> list[Token]:
+def _qwen3_next_plan(cfg: Config, layers: int) -> list[str]:
     """Per layer its mixer: `layer_types`, else every `full_attention_interval`-th is full."""
     types = cfg.data.get("layer_types")
     if types is None:
@@ -117,11 +117,15 @@ def _qwen3_next_plan(cfg: Config, layers: int) -> list[Token]:
         if kind not in known:
             raise _fail(cfg, f"layer_types[{i}]", f"is {json.dumps(kind)}",
                         f"known layer types: {', '.join(known)}")
-    return [(known[kind], "sparse_moe") for kind in types]
+    return [known[kind] for kind in types]
 
 
-def _qwen3_next_params(cfg: Config, hidden: int) -> list[list[tuple[str, str]]]:
+def _qwen3_next_params(cfg: Config, hidden: int, dense: bool) -> list[list[tuple[str, str]]]:
     heads = cfg.int("num_attention_heads")
+    mlp = [("ffn", str(cfg.int("intermediate_size")))] if dense else [
+        ("experts", str(cfg.int("num_experts"))), ("top_k", str(cfg.int("num_experts_per_tok"))),
+        ("expert_ffn", str(cfg.int("moe_intermediate_size"))),
+        ("shared_ffn", str(cfg.int("shared_expert_intermediate_size")))]
     return [
         [("hidden", str(hidden)), ("layers", str(cfg.int("num_hidden_layers"))),
          ("vocab", str(cfg.int("vocab_size")))],
@@ -131,20 +135,17 @@ def _qwen3_next_params(cfg: Config, hidden: int) -> list[list[tuple[str, str]]]:
          ("value_heads", str(cfg.int("linear_num_value_heads"))),
          ("key_dim", str(cfg.int("linear_key_head_dim"))),
          ("value_dim", str(cfg.int("linear_value_head_dim"))),
-         ("conv_kernel", str(cfg.int("linear_conv_kernel_dim")))],
-        [("experts", str(cfg.int("num_experts"))), ("top_k", str(cfg.int("num_experts_per_tok"))),
-         ("expert_ffn", str(cfg.int("moe_intermediate_size"))),
-         ("shared_ffn", str(cfg.int("shared_expert_intermediate_size")))]]
+         ("conv_kernel", str(cfg.int("linear_conv_kernel_dim")))], mlp]
 
 
 DELTANET = [
     ("h = rmsnorm(x)", "norm", None),
     ("q = linear(h, hidden -> key_heads * key_dim)", "attention",
-     "in_proj_qkvz: q, k, v and the output gate z"),
+     "q, k, v and the output gate z (Qwen3-Next: in_proj_qkvz)"),
     ("k = linear(h, hidden -> key_heads * key_dim)", None, None),
     ("v = linear(h, hidden -> value_heads * value_dim)", None, None),
     ("z = linear(h, hidden -> value_heads * value_dim)", None, None),
-    ("b = linear(h, hidden -> value_heads)", None, "in_proj_ba: beta and the decay, per head"),
+    ("b = linear(h, hidden -> value_heads)", None, "beta and the decay gate, per head"),
     ("a = linear(h, hidden -> value_heads)", None, None),
     ("fuse in_proj { q, k, v, z, b, a }", None, "one GEMM, concatenated weights"),
     ("qc = conv1d(q, conv_kernel)", None, "short causal conv over q, k and v"),
@@ -197,24 +198,44 @@ SPARSE_MOE = [
 ]
 
 
+SWIGLU_MLP = [
+    ("h = rmsnorm(x)", "norm", None),
+    ("g = linear(h, hidden -> ffn)", "mlp", None),
+    ("u = linear(h, hidden -> ffn)", None, None),
+    ("d = linear(silu_mul(g, u), ffn -> hidden)", None, None),
+    ("x = add(x, d)", None, None),
+]
+
+
 def _read_qwen3_next(cfg: Config) -> dict[str, Any]:
+    """Qwen3-Next, and Qwen3.5 (qwen3_5: dense SwiGLU MLPs; qwen3_5_moe: Qwen3-Next's MoE),
+    whose text model is the same hybrid with the q/k/v/z and b/a projections unfused."""
     _qwen3_next_checks(cfg)
+    _check_equal(cfg, "attn_output_gate", (None, True), "import-hf models gated attention")
     layers, hidden = _layer_count(cfg), cfg.int("hidden_size")
-    notes = ["Gated DeltaNet layers: in_proj_qkvz and in_proj_ba as one GEMM, a short causal "
-             "conv over q, k and v, the delta-rule recurrence with a fixed state per sequence, "
-             "a gated RMSNorm and out_proj. Full-attention layers: gated attention (q_proj "
-             "twice as wide, the second half a sigmoid output gate), QK-norm, GQA.",
-             "Every MLP is a sparse MoE with a shared expert behind a sigmoid gate."]
-    notes.append("The multi-token-prediction layer Qwen3-Next checkpoints carry (mtp.*) is "
-                 "a speculative-decoding draft: not modelled.")
-    return {"params": _qwen3_next_params(cfg, hidden), "plan": _qwen3_next_plan(cfg, layers),
-            "layers": {"deltanet": DELTANET, "gated_attention": GATED_ATTENTION,
-                       "sparse_moe": SPARSE_MOE},
-            "policy": ["  policy full {",
-                       "    split embedding, attention, shared_expert, lm_head over tp",
-                       "    split experts over ep by all_to_all", "  }",
-                       "  policy experts_only { split experts over ep }"],
-            "notes": notes, "layer_count": layers}
+    dense = cfg.data["model_type"] == "qwen3_5"
+    mlp = ("swiglu_mlp", SWIGLU_MLP) if dense else ("sparse_moe", SPARSE_MOE)
+    params = _qwen3_next_params(cfg, hidden, dense)
+    plan = [(mixer, mlp[0]) for mixer in _qwen3_next_plan(cfg, layers)]
+    split = "attention, mlp" if dense else "attention, shared_expert"
+    policy = [f"  policy full {{ split embedding, {split}, lm_head over tp }}"] if dense else [
+        "  policy full {", f"    split embedding, {split}, lm_head over tp",
+        "    split experts over ep by all_to_all", "  }",
+        "  policy experts_only { split experts over ep }"]
+    return {"params": params, "plan": plan, "policy": policy, "layer_count": layers,
+            "layers": {"deltanet": DELTANET, "gated_attention": GATED_ATTENTION, mlp[0]: mlp[1]},
+            "notes": _qwen3_next_notes(dense)}
+
+
+def _qwen3_next_notes(dense: bool) -> list[str]:
+    mlp = ("Every MLP is a dense SwiGLU." if dense else
+           "Every MLP is a sparse MoE with a shared expert behind a sigmoid gate.")
+    return ["Gated DeltaNet layers: the q, k, v, z and b, a projections as one GEMM, a short "
+            "causal conv over q, k and v, the delta-rule recurrence with a fixed state per "
+            "sequence, a gated RMSNorm and out_proj. Full-attention layers: gated attention "
+            "(q_proj twice as wide, the second half a sigmoid output gate), QK-norm, GQA.",
+            mlp, "The multi-token-prediction layer these checkpoints carry (mtp.*) is a "
+            "speculative-decoding draft: not modelled."]
 
 
 # ---- nemotron_h ------------------------------------------------------------------------------
@@ -330,16 +351,38 @@ def _read_nemotron_h(cfg: Config) -> dict[str, Any]:
 # ---- config -> Hybrid -------------------------------------------------------------------------
 
 READERS: dict[str, Callable[[Config], dict[str, Any]]] = {
-    "qwen3_next": _read_qwen3_next, "nemotron_h": _read_nemotron_h}
+    "qwen3_next": _read_qwen3_next, "qwen3_5": _read_qwen3_next, "qwen3_5_moe": _read_qwen3_next,
+    "nemotron_h": _read_nemotron_h}
+# Families whose config wraps the language model in a `text_config` (multimodal releases).
+WRAPPED = ("qwen3_5", "qwen3_5_moe")
+# Top-level fields of a wrapped config that describe the language model too.
+_SHARED = ("architectures", "tie_word_embeddings", "quantization_config", "torch_dtype")
+
+
+def text_model(data: Mapping[str, Any], source: str, model_type: str) -> dict[str, Any]:
+    """A wrapped config's `text_config` with the top-level fields that apply to it, as a
+    config of `model_type` (a vision tower beside it is not read)."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        raise _fail(Config(data, source), "text_config",
+                    "must be an object (the language model's config)")
+    merged = dict(text) | {k: data[k] for k in _SHARED if data.get(k) is not None}
+    if merged.get("torch_dtype") is None and text.get("dtype") is not None:
+        merged["torch_dtype"] = text["dtype"]  # newer configs spell it `dtype`
+    return merged | {"model_type": model_type}
 
 
 def read_hybrid(data: Mapping[str, Any], source: str = "config.json",
                 quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
                 gguf: str | None = None) -> Hybrid:
     """Check a hybrid family's config and build its `Hybrid`."""
+    family, vision = Config(data, source).str("model_type"), data.get("vision_config")
+    if family in WRAPPED:
+        data = text_model(data, source, family)
     cfg = Config(data, source)
-    family = cfg.str("model_type")
     parts = READERS[family](cfg)
+    if isinstance(vision, dict):
+        parts["notes"].append(_vision_note(Config(vision, f"{source} vision_config")))
     title = _title(data, source)
     archs = data.get("architectures")
     ok = isinstance(archs, list) and all(isinstance(a, str) for a in archs)
@@ -370,8 +413,6 @@ def _layer_lines(kinds: Mapping[str, list[tuple[str, str | None, str | None]]]
 # ---- qwen3_vl: the text model of a vision-language config -------------------------------------
 
 VL_TEXT = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
-# Top-level fields of a Qwen3-VL config that describe the text model too.
-_VL_SHARED = ("architectures", "tie_word_embeddings", "quantization_config", "torch_dtype")
 
 
 def read_vl(data: Mapping[str, Any], source: str = "config.json",
@@ -379,16 +420,9 @@ def read_vl(data: Mapping[str, Any], source: str = "config.json",
             gguf: str | None = None) -> Arch:
     """A Qwen3-VL (dense or MoE) config's language model as a qwen3 / qwen3_moe Arch; the
     vision tower is left out of the spec and named in its header."""
-    cfg = Config(data, source)
-    text, vision = data.get("text_config"), data.get("vision_config")
-    if not isinstance(text, dict):
-        raise _fail(cfg, "text_config", "must be an object (the language model's config)")
-    merged = dict(text) | {k: data[k] for k in _VL_SHARED if data.get(k) is not None}
-    if merged.get("torch_dtype") is None and text.get("dtype") is not None:
-        merged["torch_dtype"] = text["dtype"]  # newer configs spell it `dtype`
-    merged["model_type"] = VL_TEXT[cfg.str("model_type")]
-    arch = read_arch(merged, source, quant, name, gguf)
-    return replace(arch, family=cfg.str("model_type"), notes=arch.notes + (_vision_note(
+    family, vision = Config(data, source).str("model_type"), data.get("vision_config")
+    arch = read_arch(text_model(data, source, VL_TEXT[family]), source, quant, name, gguf)
+    return replace(arch, family=family, notes=arch.notes + (_vision_note(
         Config(vision if isinstance(vision, dict) else {}, f"{source} vision_config")),))
 
 

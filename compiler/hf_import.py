@@ -27,7 +27,7 @@ from infest.dsl.errors import SpecError, fail
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
             "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2", "gemma3_text")
 # Hybrid recurrent/attention families, read and rendered by compiler/hf_hybrid.py.
-HYBRID_FAMILIES = ("qwen3_next", "nemotron_h")
+HYBRID_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")
 # Vision-language wrappers whose text_config compiler/hf_hybrid.py imports.
 VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
 _MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "glm4_moe",

@@ -253,3 +253,49 @@ def test_qwen3_vl_without_text_config_is_named(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as exc:
         import_hf(source)
     assert "'text_config'" in str(exc.value)
+
+
+# ---- Qwen3.5: the same hybrid inside a multimodal config --------------------------------------
+
+def test_qwen3_5_0_8b_text_model_matches_the_published_size(tmp_path: Path) -> None:
+    """Qwen3.5-0.8B (qwen3_5, text_config): hidden 1024, 24 layers (18 DeltaNet, 6 gated
+    attention), 16 key / 16 value heads x 128, 8 q / 2 kv heads x 256, dense SwiGLU ffn
+    3584, vocab 248320 tied.
+      DeltaNet: in_proj_qkv 1024 * 6144 = 6,291,456; in_proj_z 1024 * 2048 = 2,097,152;
+        b, a 2 * 1024 * 16 = 32,768; conv 6144 * 4 = 24,576; A_log + dt_bias 32; norm 128;
+        out_proj 2048 * 1024 = 2,097,152                            -> 10,543,264
+      gated attention: q 1024 * 4096 = 4,194,304; k, v 2 * 1024 * 512 = 1,048,576;
+        o 2048 * 1024 = 2,097,152; QK-norm 512                     -> 7,340,544
+      MLP 3 * 1024 * 3584 = 11,010,048; two norms 2,048
+      total 18 * 21,555,360 + 6 * 18,352,640 + 248320 * 1024 + 1024
+            = 387,996,480 + 110,115,840 + 254,279,680 + 1024 = 752,393,024
+    "0.8B": 0.752B lies in [0.75, 0.85)B. The vision tower (12 blocks of 768; by hand
+    1,180,416 patch conv + 1,769,472 positions + 12 * 7,087,872 + 12,588,544 merger
+    = 100,592,896) and the MTP layer are left out, and the header says so.
+    State per sequence: 18 layers * (16 * 128 * 128 fp32 = 1,048,576 + conv 3 * 6144
+    bf16 = 36,864) = 19,537,920 bytes; 6 * 2 * 2 * 256 * 2 = 12,288 bytes a token."""
+    path = imported(tmp_path, "Qwen--Qwen3.5-0.8B")
+    r = evaluate(path, {"B": 4, "N": 1000})
+    assert r["params"]["total"] == r["params"]["active"] == 752_393_024
+    assert 0.75e9 <= r["params"]["total"] < 0.85e9
+    assert r["memory"]["kv_bytes_per_token"] == 12_288
+    assert r["memory"]["kv_bytes"] == 4 * (19_537_920 + 1001 * 12_288)
+    text = path.read_text()
+    assert "layer swiglu_mlp(x) {" in text and "vision tower (12 blocks of width 768)" in text
+    assert "tied=1" in text
+
+
+def test_qwen3_5_moe_wrapping_qwen3_next_is_qwen3_next(tmp_path: Path) -> None:
+    """qwen3_5_moe reads its text_config with Qwen3-Next's MoE: Qwen3-Next's config
+    wrapped that way imports to Qwen3-Next's totals."""
+    text = config(QWEN3_NEXT)
+    wrapped = {"model_type": "qwen3_5_moe", "tie_word_embeddings": False,
+               "text_config": text | {"model_type": "qwen3_5_moe_text"}}
+    p = evaluate(rendered(tmp_path, wrapped), {"B": 8, "N": 4096})["params"]
+    assert (p["total"], p["active"]) == (79_674_391_296, 3_874_929_408)
+
+
+def test_qwen3_5_ungated_attention_is_named() -> None:
+    data = config("Qwen--Qwen3.5-0.8B")
+    data["text_config"]["attn_output_gate"] = False
+    assert "'attn_output_gate'" in error_of(data)

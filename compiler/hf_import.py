@@ -263,9 +263,9 @@ def trained_context(cfg: Config) -> int | None:
 def _family(cfg: Config) -> str:
     family = cfg.str("model_type")
     if family not in FAMILIES:
+        known = ", ".join(FAMILIES + HYBRID_FAMILIES + VL_FAMILIES)
         raise fail(None, f"{cfg.source}: unknown model_type '{family}'",
-                   f"import-hf knows: {', '.join(FAMILIES + HYBRID_FAMILIES + VL_FAMILIES)}; write the spec "
-                   "by hand")
+                   f"import-hf knows: {known}; write the spec by hand")
     return family
 
 

@@ -297,7 +297,7 @@ def _mamba2(proj: str, conv: str) -> list[tuple[str, str | None, str | None]]:
         ("s = linear_attention(cc, bc, xc, mamba_heads, n_groups, ssm_state, mamba_head_dim, "
          "kv=fp32)", None, "SSD: C the query, B the key; state in fp32"),
         ("y = silu_mul(z, s)", None, "gated RMSNorm: y * silu(z), then the norm"),
-        (f"n = rmsnorm(y)", None, None),
+        ("n = rmsnorm(y)", None, None),
         (f"o = linear(n, {width} -> hidden{proj})", None, None),
         ("x = add(x, o)", None, None)]
 

@@ -26,6 +26,10 @@ from infest.dsl.errors import SpecError, fail
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
             "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2", "gemma3_text")
+# Hybrid recurrent/attention families, read and rendered by compiler/hf_hybrid.py.
+HYBRID_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")
+# Vision-language wrappers whose text_config compiler/hf_hybrid.py imports.
+VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
 _MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "glm4_moe",
                  "minimax_m2"}
 _MLA_FAMILIES = {"deepseek_v3", "kimi_k2"}
@@ -259,8 +263,9 @@ def trained_context(cfg: Config) -> int | None:
 def _family(cfg: Config) -> str:
     family = cfg.str("model_type")
     if family not in FAMILIES:
+        known = ", ".join(FAMILIES + HYBRID_FAMILIES + VL_FAMILIES)
         raise fail(None, f"{cfg.source}: unknown model_type '{family}'",
-                   f"import-hf knows: {', '.join(FAMILIES)}; write the spec by hand")
+                   f"import-hf knows: {known}; write the spec by hand")
     return family
 
 
@@ -807,5 +812,11 @@ def import_hf(config_path: Path, quant_path: Path | None = None,
     type such as Q4_K_M for the weights)."""
     data = load_json(config_path)
     quant = (load_json(quant_path), str(quant_path)) if quant_path is not None else None
+    if data.get("model_type") in HYBRID_FAMILIES:
+        from infest.compiler.hf_hybrid import read_hybrid, render_hybrid
+        return render_hybrid(read_hybrid(data, str(config_path), quant, name, gguf))
+    if data.get("model_type") in VL_FAMILIES:
+        from infest.compiler.hf_hybrid import read_vl
+        return render(read_vl(data, str(config_path), quant, name, gguf))
     arch = read_arch(data, str(config_path), quant, name, gguf)
     return render(arch)

@@ -235,11 +235,13 @@ _MODELOPT = {"NVFP4": (("weights", "nvfp4"), "nvfp4"),
 def modelopt(q: Quant, base: str) -> Formats:
     """NVIDIA ModelOpt. FP8: fp8 weights and activations (math at flops_fp8); NVFP4, W4A8,
     INT4 AWQ: the linear roles in that format; KV cache fp8 or nvfp4 if
-    kv_cache_quant_algo says so; the embedding, routers and excluded modules stay `base`."""
-    algo = q.pick("quant_algo", ("FP8",) + tuple(_MODELOPT))
-    kv = {"FP8": "fp8", "NVFP4": "nvfp4", None: base}[
-        q.pick("kv_cache_quant_algo", ("FP8", "NVFP4", None))]
-    kept = q.kept("exclude_modules", ("embed", "router"))
+    kv_cache_quant_algo says so; the embedding, routers and excluded modules stay `base`.
+    The inline `quantization_config` newer ModelOpt exports write spells these `ignore`,
+    `kv_cache_scheme` and (without quant_algo) a compressed-tensors-style config group."""
+    algo = q.pick("quant_algo", ("FP8",) + tuple(_MODELOPT), _modelopt_group_algo(q))
+    kv_key = "kv_cache_scheme" if "kv_cache_scheme" in q.data else "kv_cache_quant_algo"
+    kv = {"FP8": "fp8", "NVFP4": "nvfp4", None: base}[_modelopt_kv(q, kv_key)]
+    kept = q.kept("ignore" if "ignore" in q.data else "exclude_modules", ("embed", "router"))
     if algo == "FP8":
         overrides = {role: {"weights": base, "act": base} for role in kept}
         return Formats("fp8", kv, "fp8", None, overrides,
@@ -251,6 +253,30 @@ def modelopt(q: Quant, base: str) -> Formats:
     return scheme_formats(q, base, kept, weight, math, kv,
                           f"ModelOpt {algo} ({weight[1]} weights, {math or base} math), "
                           f"{kv} KV cache")
+
+
+def _modelopt_group_algo(q: Quant) -> str | None:
+    """quant_algo from an inline ModelOpt config group: 4-bit float weights (groups of 16)
+    are NVFP4, 8-bit float weights FP8; None without one group to read."""
+    groups = q.data.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        return None
+    group = next(iter(groups.values()))
+    weights = group.get("weights") if isinstance(group, dict) else None
+    bits = weights.get("num_bits") if isinstance(weights, dict) else None
+    if not isinstance(weights, dict) or weights.get("type") != "float" or bits not in (4, 8):
+        raise q.bad("config_groups", "import-hf reads ModelOpt's fp4 (NVFP4) or fp8 groups")
+    return {4: "NVFP4", 8: "FP8"}[bits]
+
+
+def _modelopt_kv(q: Quant, key: str) -> str | None:
+    """The KV cache format: "FP8" / "NVFP4" / null, or an fp8 scheme object."""
+    value = q.data.get(key)
+    if isinstance(value, dict):
+        if value.get("type") == "float" and value.get("num_bits") == 8:
+            return "FP8"
+        raise q.bad(key, "import-hf reads an 8-bit float KV cache scheme")
+    return q.pick(key, ("FP8", "NVFP4", None))
 
 
 def compressed_tensors(q: Quant, base: str) -> Formats:
@@ -358,6 +384,8 @@ def formats(data: Mapping[str, Any], source: str, base: str, layers: int,
             quant_file: tuple[Mapping[str, Any], str] | None, gguf_type: str | None) -> Formats:
     """The model's number formats: `base` changed by the one quantization that applies."""
     qc = data.get("quantization_config")
+    if quant_file is not None and _is_modelopt(qc):
+        qc = None  # ModelOpt writes both: the inline block mirrors hf_quant_config.json
     given = [w for w, on in (("quantization_config", qc is not None),
                              ("hf_quant_config.json", quant_file is not None),
                              ("--gguf", gguf_type is not None)) if on]
@@ -381,6 +409,15 @@ def formats(data: Mapping[str, Any], source: str, base: str, layers: int,
     if not isinstance(qc, dict):
         raise fail(None, f"{source}: config field 'quantization_config' must be an object")
     return _inline(Quant(qc, source, "quantization_config", layers), base)
+
+
+def _is_modelopt(qc: Any) -> bool:
+    """Whether an inline quantization_config was written by ModelOpt."""
+    if not isinstance(qc, dict):
+        return False
+    producer = qc.get("producer")
+    return qc.get("quant_method") == "modelopt" or (
+        isinstance(producer, dict) and producer.get("name") == "modelopt")
 
 
 def _inline(q: Quant, base: str) -> Formats:

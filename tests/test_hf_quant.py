@@ -237,3 +237,29 @@ def test_w4a16_checkpoint_matches_its_size_on_disk(tmp_path: Path) -> None:
                          ".quantization_config.json")
     assert weights == 3_598_712_832 + KEPT_BF16
     assert weights == pytest.approx(5_700_595_200, rel=0.02)
+
+
+COLLECTION = HF / "collection"
+
+
+def _body(text: str) -> list[str]:
+    """A spec without its header comments and model line (they name the file)."""
+    return [line for line in text.splitlines() if not line.startswith(("#", "model "))]
+
+
+@pytest.mark.parametrize("stem", ["nvidia--MiniMax-M2.5-NVFP4", "Qwen--Qwen3-32B-FP8-Static-PerTensor"])
+def test_modelopt_inline_block_reads_as_its_quant_file(tmp_path: Path, stem: str) -> None:
+    """Newer ModelOpt exports write the quantization twice: hf_quant_config.json and an
+    inline quantization_config spelling it `ignore`, `kv_cache_scheme` and a config group
+    (MiniMax-M2.5-NVFP4 has no quant_algo inline). The inline block alone, the file alone
+    and both together give the same spec (both: no "two quantizations" error)."""
+    config = COLLECTION / f"{stem}.config.json"
+    quant = COLLECTION / f"{stem}.hf_quant_config.json"
+    data = json.loads(config.read_text())
+    del data["quantization_config"]
+    stripped = tmp_path / "stripped.config.json"
+    stripped.write_text(json.dumps(data))
+    both = import_hf(config, quant)
+    assert _body(import_hf(config)) == _body(import_hf(stripped, quant)) == _body(both)
+    # The ignore lists keep the LM head in bf16 (and MiniMax's attention); the cache is fp8.
+    assert "kv: fp8" in both and "lm_head" in both.split("kept unquantized")[0]

@@ -15,6 +15,7 @@ or a GGUF type; one that is not understood is an error, never a silent bf16.
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 from dataclasses import dataclass
@@ -176,7 +177,7 @@ class Arch:
 
 def load_json(path: Path) -> dict[str, Any]:
     """A JSON object from a regular file of at most MAX_CONFIG_BYTES, or a clear error.
-    Nesting, integer length and NaN / Infinity are refused before Python builds them."""
+    Nesting and integer length are refused before Python builds them."""
     from infest.compiler.loader import read_text
     text = read_text(path, limit=MAX_CONFIG_BYTES, limit_name="MAX_CONFIG_BYTES")
     _check_json_depth(text, path)
@@ -210,9 +211,11 @@ def _json_int(digits: str, path: Path) -> int:
     return int(digits)
 
 
-def _json_constant(word: str, path: Path) -> NoReturn:
-    """NaN and Infinity are not JSON (Python accepts them); no config field can use them."""
-    raise fail(None, f"{path}: '{word}' is not a JSON number", "write a finite number")
+def _json_constant(word: str, path: Path) -> float:
+    """NaN and Infinity are not JSON, but Python writes them and published configs carry
+    them (Nemotron-H's `time_step_limit: [0.0, Infinity]`): read as floats, as Python does;
+    every field import-hf uses must be a whole or finite number, checked where it is read."""
+    return float(word)
 
 
 def read_arch(data: Mapping[str, Any], source: str = "config.json",
@@ -254,8 +257,8 @@ def trained_context(cfg: Config) -> int | None:
     rope = Config(scaling, f"{cfg.source} rope_scaling")
     original = rope.opt_int("original_max_position_embeddings")
     factor = scaling["factor"]
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-        raise rope._bad("factor", "a positive number")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
+        raise rope._bad("factor", "a positive finite number")
     scaled = int(original * factor) if original is not None else None
     return max((c for c in (stated, scaled) if c is not None), default=None)
 

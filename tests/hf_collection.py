@@ -176,7 +176,7 @@ def problems(entry: Entry, counts: tuple[int, int]) -> list[str]:
 def names_what_is_missing(message: str, entry: Entry) -> bool:
     """Whether an import error names what import-hf lacks: the unknown model_type, or
     a key of the config (or of the quant config beside it) it cannot model."""
-    if "unknown model_type" in message:
+    if "unknown model_type" in message or "missing required config field" in message:
         return True
     keys = _keys(config_data(entry))
     quant = sibling_quant_config(entry.path)

@@ -3,6 +3,8 @@ case must end in a located SpecError (or a clean exit 1 from the CLI), fast, wit
 executed and no content of non-spec files shown."""
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import subprocess
@@ -162,8 +164,13 @@ def test_hostile_hf_configs(tmp_path: Path) -> None:
     assert "MAX_JSON_DEPTH" not in hf_case(tmp_path, brackets_in_string)
     huge = '{"hidden_size": 1' + "0" * 100_000 + "}"
     assert f"MAX_JSON_INT_DIGITS = {MAX_JSON_INT_DIGITS}" in hf_case(tmp_path, huge)
-    assert "'NaN' is not a JSON number" in hf_case(tmp_path, '{"hidden_size": NaN}')
-    assert "'-Infinity' is not a JSON number" in hf_case(tmp_path, '{"x": -Infinity}')
+    # NaN and Infinity read as Python reads them (published configs carry Infinity in
+    # fields infest does not use); a field infest reads must still be a whole number.
+    nan = '{"model_type": "llama", "hidden_size": NaN}'
+    assert "config field 'hidden_size' must be a positive integer, got NaN" in hf_case(tmp_path, nan)
+    config = json.loads((FIXTURES / "meta-llama--Meta-Llama-3.1-8B.config.json").read_text())
+    infinite = json.dumps({**config, "rope_scaling": {**config["rope_scaling"], "factor": math.inf}})
+    assert "'factor' must be a positive finite number, got Infinity" in hf_case(tmp_path, infinite)
     config = (FIXTURES / "meta-llama--Meta-Llama-3.1-8B.config.json").read_text()
     layers = re.sub(r'"num_hidden_layers": \d+', '"num_hidden_layers": 100000000', config)
     assert f"'num_hidden_layers' is 100000000, more than MAX_LAYERS = {MAX_LAYERS}" \

@@ -412,18 +412,35 @@ def _layer_lines(kinds: Mapping[str, list[tuple[str, str | None, str | None]]]
 
 # ---- qwen3_vl: the text model of a vision-language config -------------------------------------
 
-VL_TEXT = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
+# Releases whose language model is a family import-hf reads: model_type -> (where the
+# text model is: its `text_config` or the config itself, and its family; None: the
+# text_config's own model_type, through TEXT_ALIASES).
+VL_TEXT: dict[str, tuple[str, str | None]] = {
+    "qwen3_vl": ("text_config", "qwen3"), "qwen3_vl_moe": ("text_config", "qwen3_moe"),
+    "kimi_k25": ("text_config", None), "mistral3": ("text_config", None),
+    "qwen2_5_vl": ("flat", "qwen2"), "ministral3": ("flat", "mistral")}
+# Text model types that are a known family under another name (Ministral 3 / Devstral 2:
+# Mistral's dense decoder).
+TEXT_ALIASES = {"ministral3": "mistral"}
 
 
 def read_vl(data: Mapping[str, Any], source: str = "config.json",
             quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
             gguf: str | None = None) -> Arch:
-    """A Qwen3-VL (dense or MoE) config's language model as a qwen3 / qwen3_moe Arch; the
-    vision tower is left out of the spec and named in its header."""
-    family, vision = Config(data, source).str("model_type"), data.get("vision_config")
-    arch = read_arch(text_model(data, source, VL_TEXT[family]), source, quant, name, gguf)
-    return replace(arch, family=family, notes=arch.notes + (_vision_note(
-        Config(vision if isinstance(vision, dict) else {}, f"{source} vision_config")),))
+    """A vision-language (or renamed) release's language model as the Arch of its text
+    family; a vision tower is left out of the spec and named in its header."""
+    wrapper, vision = Config(data, source).str("model_type"), data.get("vision_config")
+    where, family = VL_TEXT[wrapper]
+    if where == "flat":
+        text = dict(data) | {"model_type": family}
+    else:
+        inner = data.get("text_config")
+        own = inner.get("model_type") if isinstance(inner, dict) else None
+        text = text_model(data, source, family or TEXT_ALIASES.get(own, own))
+    arch = read_arch(text, source, quant, name, gguf)
+    notes = (_vision_note(Config(vision, f"{source} vision_config")),) \
+        if isinstance(vision, dict) else ()
+    return replace(arch, family=wrapper, notes=arch.notes + notes)
 
 
 def _vision_note(vision: Config) -> str:

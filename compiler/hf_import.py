@@ -29,8 +29,9 @@ FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deeps
             "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2", "gemma3_text")
 # Hybrid recurrent/attention families, read and rendered by compiler/hf_hybrid.py.
 HYBRID_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")
-# Vision-language wrappers whose text_config compiler/hf_hybrid.py imports.
-VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
+# Vision-language wrappers (and renamed releases) whose language model
+# compiler/hf_hybrid.py imports as a family above (its VL_TEXT).
+VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe", "kimi_k25", "mistral3", "qwen2_5_vl", "ministral3")
 _MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "glm4_moe",
                  "minimax_m2"}
 _MLA_FAMILIES = {"deepseek_v3", "kimi_k2"}

@@ -299,3 +299,39 @@ def test_qwen3_5_ungated_attention_is_named() -> None:
     data = config("Qwen--Qwen3.5-0.8B")
     data["text_config"]["attn_output_gate"] = False
     assert "'attn_output_gate'" in error_of(data)
+
+
+# ---- other wrapped or renamed releases --------------------------------------------------------
+
+COLLECTION = HF / "collection"
+
+
+def _collection_params(tmp_path: Path, stem: str) -> dict:
+    out = tmp_path / f"{stem.replace('-', '_').replace('.', '_')}.arch"
+    out.write_text(import_hf(COLLECTION / f"{stem}.config.json"))
+    return evaluate(out, {"B": 1, "N": 1024})["params"]
+
+
+def test_kimi_k25_is_kimi_k2s_language_model(tmp_path: Path) -> None:
+    """Kimi-K2.5 wraps a Kimi-K2 text_config (and a vision tower): the same totals as
+    Kimi-K2-Instruct's own config."""
+    wrapped = _collection_params(tmp_path, "moonshotai--Kimi-K2.5")
+    plain = evaluate(imported(tmp_path, "moonshotai--Kimi-K2-Instruct"), {"B": 1, "N": 1024})["params"]
+    assert (wrapped["total"], wrapped["active"]) == (plain["total"], plain["active"])
+
+
+def test_devstral_small_2_imports_as_mistral(tmp_path: Path) -> None:
+    """Devstral Small 2 (mistral3 around a ministral3 text model: Mistral's decoder).
+    Per layer: q 5120 x 32 x 128 = 20,971,520; k, v 2 x 5120 x 8 x 128 = 10,485,760;
+    o 20,971,520; MLP 3 x 5120 x 32768 = 503,316,480; 2 norms 10,240: 555,755,520, x 40 =
+    22,230,220,800; embedding and untied head 2 x 131072 x 5120 = 1,342,177,280; final norm
+    5,120: 23,572,403,200, inside the card's "24B"."""
+    assert _collection_params(tmp_path, "mistralai--Devstral-Small-2-24B-Instruct")["total"] \
+        == 23_572_403_200
+
+
+def test_qwen2_5_vl_keeps_its_text_fields_at_the_top(tmp_path: Path) -> None:
+    """Qwen2.5-VL writes the language model's fields at the top level, as qwen2, beside a
+    vision_config: the spec says the tower is left out."""
+    text = import_hf(COLLECTION / "Qwen--Qwen2.5-VL-7B-Instruct.config.json")
+    assert "vision tower" in text and "bias=1" in text   # qwen2's q/k/v biases

@@ -4,7 +4,8 @@ The config is read as JSON data only: each number is checked (a positive integer
 dimension is meant) and formatted into text templates; nothing from the file is ever
 evaluated. A config becomes an `Arch` (dimensions, attention, experts, a per-layer plan
 and the number formats), and `render` lays that out like the shipped specs: params on
-top, one `repeat` per run of identical layers, groups, comments.
+top, one `layer` definition per distinct decoder body (dense, MoE; the window is an
+argument), `repeat` blocks calling them, groups, comments.
 
 Families: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text (dense); mixtral,
 qwen3_moe, gpt_oss, minimax_m2 (MoE); glm4_moe (dense first layers, MoE with a shared
@@ -468,6 +469,7 @@ def render(arch: Arch) -> str:
     lines += _param_lines(arch) + [_dtype_line(arch.formats)] + _policy_lines(arch) + [""]
     lines.append(_op("x = embed(tokens, vocab -> hidden" + _kw(arch, "embed") + ")", 1,
                      group="embedding"))
+    lines[-1:-1] = _layer_defs(arch)
     for count, kinds in _runs(arch):
         lines += _repeat(arch, count, kinds)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
@@ -649,19 +651,67 @@ def _runs(arch: Arch) -> list[tuple[str, list[Layer]]]:
 
 
 def _repeat(arch: Arch, count: str, kinds: list[Layer]) -> list[str]:
-    comment = None
-    if len(kinds) > 1:
-        comment = ", ".join(_kind_name(k, arch) for k in kinds)
-    lines = [_op(f"repeat {count} {{", 1, comment=comment)]
-    for i, kind in enumerate(kinds):
-        lines += [""] if i else []
-        lines += _attention_lines(arch, kind) + _mlp_lines(arch, kind)
-    return lines + ["  }"]
+    """A repeat block calling the layer of each kind in one iteration."""
+    several = len(kinds) > 1
+    calls = [_call(_layer_name(arch, k), _call_args(arch, k),
+                   _kind_name(k, arch) if several else None) for k in kinds]
+    return [_op(f"repeat {count} {{", 1)] + calls + ["  }"]
 
 
 def _kind_name(kind: Layer, arch: Arch) -> str:
     attn = f"sliding ({arch.attention.window})" if kind.sliding else "full"
     return f"{attn}{' MoE' if kind.moe else ''} layer"
+
+
+# ---- layer definitions --------------------------------------------------------------------
+
+def layer_block(name: str, params: list[str], body: list[str],
+                comment: str | None = None) -> list[str]:
+    """`layer name(params) { body }`: body lines are op lines at depth 2 (from `_op`)."""
+    head = [f"  # {row}" for row in textwrap.wrap(comment, 86)] if comment else []
+    return head + [f"  layer {name}({', '.join(params)}) {{"] + body + ["  }", ""]
+
+
+def _call(name: str, args: list[str], comment: str | None = None, depth: int = 2) -> str:
+    """`x = name(x, args...)`: one call of a layer inside a repeat."""
+    return _op(f"x = {name}({', '.join(['x'] + args)})", depth, comment=comment)
+
+
+def _shapes(arch: Arch) -> list[bool]:
+    """The distinct layer bodies in plan order: a dense and/or an MoE body (the window
+    is an argument, so sliding and full layers share a body)."""
+    return list(dict.fromkeys(layer.moe for layer in arch.plan))
+
+
+def _layer_name(arch: Arch, kind: Layer) -> str:
+    if len(_shapes(arch)) == 1:
+        return "decoder"
+    return "moe_decoder" if kind.moe else "dense_decoder"
+
+
+def _windowed(arch: Arch) -> bool:
+    return any(layer.sliding for layer in arch.plan)
+
+
+def _call_args(arch: Arch, kind: Layer) -> list[str]:
+    if not _windowed(arch):
+        return []
+    return ["window" if kind.sliding else "0"]
+
+
+def _layer_defs(arch: Arch) -> list[str]:
+    """One `layer` definition per distinct body, called from the repeats."""
+    params = ["x", "window"] if _windowed(arch) else ["x"]
+    comment = "One decoder layer per body" + (
+        "; `window = 0` gives full attention, so sliding and full layers share one"
+        if _windowed(arch) else "") + "."
+    lines: list[str] = []
+    for i, moe in enumerate(_shapes(arch)):
+        kind = Layer(sliding=_windowed(arch), moe=moe)
+        body = _attention_lines(arch, kind) + _mlp_lines(arch, kind)
+        lines += layer_block(_layer_name(arch, kind), params, body,
+                             None if i else comment)
+    return lines
 
 
 def _attention_lines(arch: Arch, kind: Layer) -> list[str]:
@@ -689,8 +739,7 @@ def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
                   _op("fuse qk_norm { q, k }", 2, comment="both QK-norms in one kernel")]
     extra = (", window=window" if kind.sliding else "") + (", sinks=1" if att.sinks else "")
     lines.append(_op(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
-                     f"{_kw(arch, 'attention_core')})", 2,
-                     comment=None if kind.sliding or att.window is None else "full context"))
+                     f"{_kw(arch, 'attention_core')})", 2))
     o_bias = ", bias=1" if att.o_bias else ""
     return lines + [_op(f"o = linear(a, heads * head_dim -> hidden{o_bias}{kw})", 2)]
 

@@ -9,7 +9,9 @@ argument), `repeat` blocks calling them, groups, comments.
 
 Families: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text (dense); mixtral,
 qwen3_moe, gpt_oss, minimax_m2 (MoE); glm4_moe (dense first layers, MoE with a shared
-expert); deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization (compiler/hf_quant.py)
+expert); llama4 (text_config: chunked attention, dense / MoE layers with a shared expert);
+deepseek_v3, deepseek_v32 (plus the lightning indexer) and kimi_k2 (MLA + MoE with a
+shared expert). Quantization (compiler/hf_quant.py)
 is read from `quantization_config`, a ModelOpt `hf_quant_config.json` beside the config,
 or a GGUF type; one that is not understood is an error, never a silent bf16.
 """
@@ -737,13 +739,14 @@ def _runs(arch: Arch) -> list[tuple[str, list[Layer]]]:
 def _repeat(arch: Arch, count: str, kinds: list[Layer]) -> list[str]:
     """A repeat block calling the layer of each kind in one iteration."""
     several = len(kinds) > 1
-    calls = [_call(_layer_name(arch, k), _call_args(arch, k),
+    calls = [layer_call(_layer_name(arch, k), _call_args(arch, k),
                    _kind_name(k, arch) if several else None) for k in kinds]
     return [_op(f"repeat {count} {{", 1)] + calls + ["  }"]
 
 
 def _kind_name(kind: Layer, arch: Arch) -> str:
-    attn = f"sliding ({arch.attention.window})" if kind.sliding else "full"
+    windowed = "chunked" if arch.family == "llama4_text" else "sliding"
+    attn = f"{windowed} ({arch.attention.window})" if kind.sliding else "full"
     return f"{attn}{' MoE' if kind.moe else ''} layer"
 
 
@@ -756,7 +759,7 @@ def layer_block(name: str, params: list[str], body: list[str],
     return head + [f"  layer {name}({', '.join(params)}) {{"] + body + ["  }", ""]
 
 
-def _call(name: str, args: list[str], comment: str | None = None, depth: int = 2) -> str:
+def layer_call(name: str, args: list[str], comment: str | None = None, depth: int = 2) -> str:
     """`x = name(x, args...)`: one call of a layer inside a repeat."""
     return _op(f"x = {name}({', '.join(['x'] + args)})", depth, comment=comment)
 

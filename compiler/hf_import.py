@@ -381,7 +381,7 @@ def _llama4_notes(cfg: Config) -> list[str]:
              "over positions is half a chunk). The NoPE layers see the whole context."]
     if cfg.flag("use_qk_norm"):
         notes.append("use_qk_norm: an L2 norm of q and k on the RoPE layers, without "
-                     "weights, not costed (a few FLOPs per q/k element, fused with RoPE).")
+                     "weights, not costed (about 4 FLOPs per q/k element).")
     if cfg.data.get("vision_config") is not None:
         notes.append("The vision tower and projector (vision_config) are not modelled: "
                      "decode never runs them; Meta's totals (Scout 109B, Maverick 400B) "

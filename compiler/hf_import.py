@@ -4,11 +4,14 @@ The config is read as JSON data only: each number is checked (a positive integer
 dimension is meant) and formatted into text templates; nothing from the file is ever
 evaluated. A config becomes an `Arch` (dimensions, attention, experts, a per-layer plan
 and the number formats), and `render` lays that out like the shipped specs: params on
-top, one `repeat` per run of identical layers, groups, comments.
+top, one `layer` definition per distinct decoder body (dense, MoE; the window is an
+argument), `repeat` blocks calling them, groups, comments.
 
 Families: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text (dense); mixtral,
 qwen3_moe, gpt_oss, minimax_m2 (MoE); glm4_moe (dense first layers, MoE with a shared
-expert); deepseek_v3 and kimi_k2 (MLA + MoE with a shared expert). Quantization (compiler/hf_quant.py)
+expert); llama4 (text_config: chunked attention, dense / MoE layers with a shared expert);
+deepseek_v3, deepseek_v32 (plus the lightning indexer) and kimi_k2 (MLA + MoE with a
+shared expert). Quantization (compiler/hf_quant.py)
 is read from `quantization_config`, a ModelOpt `hf_quant_config.json` beside the config,
 or a GGUF type; one that is not understood is an error, never a silent bf16.
 """
@@ -26,15 +29,16 @@ from infest.compiler.hf_quant import Formats, formats
 from infest.dsl.errors import SpecError, fail
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
-            "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2", "gemma3_text")
+            "deepseek_v32", "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2",
+            "gemma3_text", "llama4", "llama4_text")
 # Hybrid recurrent/attention families, read and rendered by compiler/hf_hybrid.py.
 HYBRID_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")
 # Vision-language wrappers (and renamed releases) whose language model
 # compiler/hf_hybrid.py imports as a family above (its VL_TEXT).
 VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe", "kimi_k25", "mistral3", "qwen2_5_vl", "ministral3")
-_MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "glm4_moe",
-                 "minimax_m2"}
-_MLA_FAMILIES = {"deepseek_v3", "kimi_k2"}
+_MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss",
+                 "glm4_moe", "minimax_m2", "llama4_text"}
+_MLA_FAMILIES = {"deepseek_v3", "deepseek_v32", "kimi_k2"}
 # Gemma: a norm after attention and after the MLP too, tied embeddings by default.
 _GEMMA_FAMILIES = {"gemma2", "gemma3_text"}
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -127,6 +131,7 @@ class Attention:
     sinks: bool = False
     window: int | None = None           # the sliding layers' window, if any
     mla: dict[str, int | None] | None = None  # q_lora_rank, kv_lora_rank, rope, nope, v
+    indexer: dict[str, int] | None = None     # DeepSeek-V3.2: index_heads, _head_dim, _topk
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,7 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
               gguf: str | None = None) -> Arch:
     """Check a config (and an optional hf_quant_config, as (data, path), or a GGUF type)
     and build its Arch."""
+    data = _text_config(data, source)
     cfg = Config(data, source)
     family = _family(cfg)
     _check_unmodelled(cfg, family)
@@ -238,7 +244,7 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
     return Arch(name=identifier(name or title or family), title=title or family, source=source,
                 family=family, architecture=_architecture(data), hidden=hidden,
                 layers=layers, vocab=cfg.int("vocab_size"),
-                ffn=cfg.int("intermediate_size") if needs_ffn else None,
+                ffn=cfg.int(_FFN_KEY.get(family, "intermediate_size")) if needs_ffn else None,
                 glu=_glu(cfg, family), mlp_bias=cfg.flag("mlp_bias"),
                 # transformers' defaults: Gemma ties the LM head to the embedding
                 tied=cfg.flag("tie_word_embeddings", family in _GEMMA_FAMILIES),
@@ -246,6 +252,26 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
                 formats=formats(data, source, _base_dtype(cfg), layers, quant, gguf),
                 context=trained_context(cfg), post_norms=family in _GEMMA_FAMILIES,
                 notes=_family_notes(cfg, family))
+
+
+# The dense MLP's width where a family keeps intermediate_size for its experts.
+_FFN_KEY = {"llama4_text": "intermediate_size_mlp"}
+# Fields of a multimodal wrapper (`llama4`) that apply to its text model.
+_WRAPPER_FIELDS = ("architectures", "tie_word_embeddings", "quantization_config")
+
+
+def _text_config(data: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """A multimodal `llama4` config's text model (`text_config`, with the wrapper's
+    architectures, tie_word_embeddings and quantization_config); any other config as is.
+    The vision tower is not read: decode never runs it (see _family_notes)."""
+    if data.get("model_type") != "llama4":
+        return data
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        raise fail(None, f"{source}: missing required config field 'text_config'",
+                   "a llama4 config keeps its text model in text_config")
+    return {**text, **{k: data[k] for k in _WRAPPER_FIELDS if k in data},
+            "model_type": "llama4_text", "vision_config": data.get("vision_config")}
 
 
 def trained_context(cfg: Config) -> int | None:
@@ -343,10 +369,33 @@ def _family_notes(cfg: Config, family: str) -> tuple[str, ...]:
     if family == "phi3":
         notes.append("Phi-3 stores q/k/v as one qkv_proj and gate/up as one gate_up_proj: "
                      "the same params as separate projections, written here as fused GEMMs.")
+    notes += _llama4_notes(cfg) if family == "llama4_text" else []
+    if family == "deepseek_v32":
+        notes.append("DeepSeek Sparse Attention: the lightning indexer scores every cached "
+                     "token (its own fp8 key cache), MLA reads the index_topk it selects; the "
+                     "indexer's projections stay whole under tensor parallel, as in vLLM.")
     if cfg.count("num_nextn_predict_layers") or cfg.count("num_mtp_modules"):
         notes.append("Multi-token-prediction layers (num_nextn_predict_layers / "
                      "num_mtp_modules) are a speculative-decoding draft: not modelled.")
     return tuple(notes)
+
+
+def _llama4_notes(cfg: Config) -> list[str]:
+    """Llama 4: how chunked attention is modelled, and what is left out."""
+    notes = ["Chunked attention (attention_chunk_size) on the RoPE layers is modelled as "
+             "a window of one chunk: a token attends only to earlier tokens of its own "
+             "chunk, so a layer holds at most one chunk of KV (engines cache it as a "
+             "sliding window of that size); keys, FLOPs and KV reads are taken at the "
+             "window's bound min(N, chunk), the worst case at a chunk's end (the mean "
+             "over positions is half a chunk). The NoPE layers see the whole context."]
+    if cfg.flag("use_qk_norm"):
+        notes.append("use_qk_norm: an L2 norm of q and k on the RoPE layers, without "
+                     "weights, not costed (about 4 FLOPs per q/k element).")
+    if cfg.data.get("vision_config") is not None:
+        notes.append("The vision tower and projector (vision_config) are not modelled: "
+                     "decode never runs them; Meta's totals (Scout 109B, Maverick 400B) "
+                     "include them, its active 17B does not.")
+    return notes
 
 
 def _attention(cfg: Config, family: str, hidden: int) -> Attention:
@@ -371,13 +420,21 @@ def _mla(cfg: Config, heads: int) -> Attention:
     mla = {"q_lora_rank": cfg.opt_int("q_lora_rank"), "kv_lora_rank": cfg.int("kv_lora_rank"),
            "rope_dim": cfg.int("qk_rope_head_dim"), "nope_dim": cfg.int("qk_nope_head_dim"),
            "v_dim": cfg.int("v_head_dim")}
-    return Attention(heads=heads, kv_heads=heads, head_dim=mla["v_dim"] or 0, mla=mla)
+    indexer = None
+    if cfg.data.get("index_topk") is not None:  # DeepSeek-V3.2's sparse attention
+        indexer = {"index_heads": cfg.int("index_n_heads"),
+                   "index_head_dim": cfg.int("index_head_dim"),
+                   "index_topk": cfg.int("index_topk")}
+    return Attention(heads=heads, kv_heads=heads, head_dim=mla["v_dim"] or 0, mla=mla,
+                     indexer=indexer)
 
 
 def _window(cfg: Config, family: str) -> int | None:
     """The sliding window of the layers that use one (None: every layer sees everything)."""
     if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.flag("use_sliding_window"):
         return None
+    if family == "llama4_text":
+        return cfg.opt_int("attention_chunk_size")
     return cfg.opt_int("sliding_window")
 
 
@@ -397,7 +454,23 @@ def _layer_types(cfg: Config, family: str, layers: int) -> list[bool]:
     if family in ("qwen2", "qwen3", "qwen3_moe"):  # windowed from max_window_layers on
         first = cfg.count("max_window_layers", layers)
         return [i >= first for i in range(layers)]
+    if family == "llama4_text":
+        return _llama4_chunked(cfg, layers)
     return [True] * layers
+
+
+def _llama4_chunked(cfg: Config, layers: int) -> list[bool]:
+    """Llama 4's RoPE layers use chunked attention, its NoPE layers see everything:
+    no_rope_layers[i] is 1 on a RoPE layer; transformers' default makes every
+    no_rope_layer_interval-th layer (4: layers 3, 7, ...) NoPE."""
+    if cfg.data.get("no_rope_layers"):
+        flags = cfg.int_list("no_rope_layers")
+        if len(flags) != layers:
+            raise fail(None, f"{cfg.source}: config field 'no_rope_layers' must list "
+                       f"num_hidden_layers ({layers}) entries")
+        return [flag != 0 for flag in flags]
+    interval = cfg.int("no_rope_layer_interval", 4)
+    return [(i + 1) % interval != 0 for i in range(layers)]
 
 
 def _checked_layer_types(cfg: Config, types: Any, layers: int, window: int | None) -> list[bool]:
@@ -426,6 +499,11 @@ def _moe_layers(cfg: Config, family: str, layers: int) -> list[bool]:
         return [i >= first and i % freq == 0 for i in range(layers)]
     if family == "glm4_moe":
         return [i >= cfg.count("first_k_dense_replace") for i in range(layers)]
+    if family == "llama4_text":  # moe_layers, else every interleave_moe_layer_step-th
+        step = cfg.int("interleave_moe_layer_step", 1)
+        moe = set(cfg.int_list("moe_layers")) if cfg.data.get("moe_layers") is not None \
+            else set(range(step - 1, layers, step))
+        return [i in moe for i in range(layers)]
     if family == "qwen3_moe":
         dense, step = set(cfg.int_list("mlp_only_layers")), cfg.int("decoder_sparse_step", 1)
         return [i not in dense and (i + 1) % step == 0 for i in range(layers)]
@@ -451,6 +529,10 @@ def _experts(cfg: Config, family: str) -> Experts:
     if family == "minimax_m2":
         return Experts(cfg.int("num_local_experts"), cfg.int("num_experts_per_tok"),
                        cfg.int("intermediate_size"), router_bias=cfg.flag("use_routing_bias"))
+    if family == "llama4_text":  # a shared expert as wide as a routed one, every MoE layer
+        ffn = cfg.int("intermediate_size")
+        return Experts(cfg.int("num_local_experts"), cfg.int("num_experts_per_tok"), ffn,
+                       shared_ffn=ffn)
     if family == "qwen3_moe":
         return Experts(cfg.int("num_experts"), cfg.int("num_experts_per_tok"),
                        cfg.int("moe_intermediate_size"))
@@ -477,6 +559,7 @@ def render(arch: Arch) -> str:
     lines += _param_lines(arch) + [_dtype_line(arch.formats)] + _policy_lines(arch) + [""]
     lines.append(_op("x = embed(tokens, vocab -> hidden" + _kw(arch, "embed") + ")", 1,
                      group="embedding"))
+    lines[-1:-1] = _layer_defs(arch)
     for count, kinds in _runs(arch):
         lines += _repeat(arch, count, kinds)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
@@ -531,8 +614,12 @@ def _formats_note(arch: Arch) -> str:
 
 def _attention_note(att: Attention, plan: list[Layer]) -> str:
     if att.mla is not None:
+        index = att.indexer
+        sparse = f"; indexer {index['index_heads']} heads x {index['index_head_dim']}, " \
+            f"top-{index['index_topk']} keys" if index else ""
         return (f"Attention: MLA, {att.heads} heads, kv_lora_rank {att.mla['kv_lora_rank']}, "
-                f"rope {att.mla['rope_dim']}, nope {att.mla['nope_dim']}, v {att.mla['v_dim']}.")
+                f"rope {att.mla['rope_dim']}, nope {att.mla['nope_dim']}, v {att.mla['v_dim']}"
+                f"{sparse}.")
     extras = [w for w, on in (("q/k/v biases", att.qkv_bias and not att.o_bias),
                               ("q/k/v/o biases", att.o_bias), ("QK-norm", att.qk_norm),
                               ("a sink logit per head", att.sinks)) if on]
@@ -575,7 +662,8 @@ def _params(arch: Arch) -> list[list[tuple[str, str]]]:
 def _attention_params(arch: Arch) -> list[tuple[str, str]]:
     att = arch.attention
     if att.mla is not None:
-        return [("heads", str(att.heads))] + [(k, str(v)) for k, v in att.mla.items()
+        extra = att.mla | (att.indexer or {})
+        return [("heads", str(att.heads))] + [(k, str(v)) for k, v in extra.items()
                                               if v is not None]
     same = att.head_dim * att.heads == arch.hidden
     return [("heads", str(att.heads)), ("kv_heads", str(att.kv_heads)),
@@ -658,19 +746,68 @@ def _runs(arch: Arch) -> list[tuple[str, list[Layer]]]:
 
 
 def _repeat(arch: Arch, count: str, kinds: list[Layer]) -> list[str]:
-    comment = None
-    if len(kinds) > 1:
-        comment = ", ".join(_kind_name(k, arch) for k in kinds)
-    lines = [_op(f"repeat {count} {{", 1, comment=comment)]
-    for i, kind in enumerate(kinds):
-        lines += [""] if i else []
-        lines += _attention_lines(arch, kind) + _mlp_lines(arch, kind)
-    return lines + ["  }"]
+    """A repeat block calling the layer of each kind in one iteration."""
+    several = len(kinds) > 1
+    calls = [layer_call(_layer_name(arch, k), _call_args(arch, k),
+                   _kind_name(k, arch) if several else None) for k in kinds]
+    return [_op(f"repeat {count} {{", 1)] + calls + ["  }"]
 
 
 def _kind_name(kind: Layer, arch: Arch) -> str:
-    attn = f"sliding ({arch.attention.window})" if kind.sliding else "full"
+    windowed = "chunked" if arch.family == "llama4_text" else "sliding"
+    attn = f"{windowed} ({arch.attention.window})" if kind.sliding else "full"
     return f"{attn}{' MoE' if kind.moe else ''} layer"
+
+
+# ---- layer definitions --------------------------------------------------------------------
+
+def layer_block(name: str, params: list[str], body: list[str],
+                comment: str | None = None) -> list[str]:
+    """`layer name(params) { body }`: body lines are op lines at depth 2 (from `_op`)."""
+    head = [f"  # {row}" for row in textwrap.wrap(comment, 86)] if comment else []
+    return head + [f"  layer {name}({', '.join(params)}) {{"] + body + ["  }", ""]
+
+
+def layer_call(name: str, args: list[str], comment: str | None = None, depth: int = 2) -> str:
+    """`x = name(x, args...)`: one call of a layer inside a repeat."""
+    return _op(f"x = {name}({', '.join(['x'] + args)})", depth, comment=comment)
+
+
+def _shapes(arch: Arch) -> list[bool]:
+    """The distinct layer bodies in plan order: a dense and/or an MoE body (the window
+    is an argument, so sliding and full layers share a body)."""
+    return list(dict.fromkeys(layer.moe for layer in arch.plan))
+
+
+def _layer_name(arch: Arch, kind: Layer) -> str:
+    if len(_shapes(arch)) == 1:
+        return "decoder"
+    return "moe_decoder" if kind.moe else "dense_decoder"
+
+
+def _windowed(arch: Arch) -> bool:
+    return any(layer.sliding for layer in arch.plan)
+
+
+def _call_args(arch: Arch, kind: Layer) -> list[str]:
+    if not _windowed(arch):
+        return []
+    return ["window" if kind.sliding else "0"]
+
+
+def _layer_defs(arch: Arch) -> list[str]:
+    """One `layer` definition per distinct body, called from the repeats."""
+    params = ["x", "window"] if _windowed(arch) else ["x"]
+    comment = "One decoder layer per body" + (
+        "; `window = 0` gives full attention, so sliding and full layers share one"
+        if _windowed(arch) else "") + "."
+    lines: list[str] = []
+    for i, moe in enumerate(_shapes(arch)):
+        kind = Layer(sliding=_windowed(arch), moe=moe)
+        body = _attention_lines(arch, kind) + _mlp_lines(arch, kind)
+        lines += layer_block(_layer_name(arch, kind), params, body,
+                             None if i else comment)
+    return lines
 
 
 def _attention_lines(arch: Arch, kind: Layer) -> list[str]:
@@ -698,8 +835,7 @@ def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
                   _op("fuse qk_norm { q, k }", 2, comment="both QK-norms in one kernel")]
     extra = (", window=window" if kind.sliding else "") + (", sinks=1" if att.sinks else "")
     lines.append(_op(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
-                     f"{_kw(arch, 'attention_core')})", 2,
-                     comment=None if kind.sliding or att.window is None else "full context"))
+                     f"{_kw(arch, 'attention_core')})", 2))
     o_bias = ", bias=1" if att.o_bias else ""
     return lines + [_op(f"o = linear(a, heads * head_dim -> hidden{o_bias}{kw})", 2)]
 
@@ -725,10 +861,29 @@ def _mla_lines(arch: Arch) -> list[str]:
     else:
         lines = [_op(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention"),
                  _LATENT, _LATENT_NORM]
-    return [line.replace("{kw}", kw) for line in lines] + [
-        _op("a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim"
+    sparse = ", index_topk=index_topk" if arch.attention.indexer else ""
+    return [line.replace("{kw}", kw) for line in lines] + _indexer_lines(arch) + [
+        _op(f"a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim{sparse}"
             f"{_kw(arch, 'attention_core')})", 2, group="attention"),
         _op(f"o = linear(a, heads * v_dim -> hidden{kw})", 2)]
+
+
+def _indexer_lines(arch: Arch) -> list[str]:
+    """DeepSeek-V3.2's lightning indexer (inference/model.py `Indexer`): q from the normed
+    q latent (wq_b), one key from h (wk, then a LayerNorm k_norm), a weight per head
+    (weights_proj); its key cache is fp8, as in DeepSeek's code."""
+    if arch.attention.indexer is None:
+        return []
+    kw = _kw(arch, "attention")
+    src = "cq, q_lora_rank" if arch.attention.mla and arch.attention.mla["q_lora_rank"] \
+        else "h, hidden"
+    return [_op(f"iq = linear({src} -> index_heads * index_head_dim{kw})", 2, group="indexer",
+                comment="lightning indexer"),
+            _op(f"ik = linear(h, hidden -> index_head_dim{kw})", 2),
+            _op("kn = layernorm(ik)", 2, comment="k_norm"),
+            _op(f"iw = linear(h, hidden -> index_heads{kw})", 2, comment="weights_proj"),
+            _op("sel = indexer(iq, kn, index_heads, index_head_dim, index_topk, kv=fp8)", 2,
+                comment="scores every cached token, keeps index_topk")]
 
 
 def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:

@@ -19,6 +19,17 @@ from hf_collection import (COLLECTION, Entry, Outcome, interval, names_what_is_m
 MIN_IMPORTED = 60
 
 ENTRIES = read_manifest()
+# Configs that import but whose count is known to miss the publisher's figure, and why.
+# They do not count towards MIN_IMPORTED; the test checks they still miss (a fix shows).
+KNOWN_MISSES = {
+    # Meta's 109B counts the vision encoder (0.87B by hand from vision_config: 107.77B +
+    # 0.87B = 108.64B, inside "109B"); import-hf leaves the vision tower out of the spec.
+    "meta-llama--Llama-4-Scout-17B-16E": "vision tower not counted",
+    "meta-llama--Llama-4-Scout-17B-16E-Instruct": "vision tower not counted",
+    # 125.03B by hand (88 layers of 1,384.1M + 2 x 131072 x 12288 untied tables): "123B"
+    # is Mistral Large 2's figure, whose vocabulary was 32,768.
+    "mistralai--Devstral-2-123B-Instruct": "the card's figure is its predecessor's",
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +49,10 @@ def test_imports_within_totals_or_names_what_is_missing(entry: Entry,
                                                         outcomes: dict[str, Outcome]) -> None:
     result = outcomes[entry.file]
     assert result.crash is None, f"import-hf crashed: {result.crash}"
-    if result.counts is not None:
+    if entry.name in KNOWN_MISSES:
+        assert result.counts is not None and problems(entry, result.counts), \
+            f"{entry.name} now matches its totals: drop it from KNOWN_MISSES"
+    elif result.counts is not None:
         assert problems(entry, result.counts) == [], entry.totals_source
     else:
         assert result.error is not None and names_what_is_missing(result.error, entry), \

@@ -131,7 +131,7 @@ def test_bad_rope_factor_is_named() -> None:
     from infest.compiler.hf_import import Config, trained_context
     data = {"max_position_embeddings": 4096, "rope_scaling": {"factor": "eight"}}
     with pytest.raises(SpecError, match="rope_scaling: config field 'factor' must be a "
-                                        "positive number"):
+                                        "positive finite number"):
         trained_context(Config(data, "c.json"))
 
 

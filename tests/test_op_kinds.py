@@ -233,7 +233,8 @@ HYBRID_SPEC = ROOT / "tests" / "fixtures" / "hybrid_state.arch"
                                          ("decode", {"B": 4, "tp": 2, "topk": 512})])
 def test_workbook_of_the_new_kinds_equals_eval(tmp_path: Path, soffice: str, phase: str,
                                                edits: dict) -> None:
-    from test_workbook import _assert_close, _cell, _no_error_cells, _recalculated
+    from test_workbook import _assert_close, _no_error_cells, _recalculated
+    from workbooks import named_cell
     a = analyze(HYBRID_SPEC, hw="h200_sxm", phase=phase)
     wb = _recalculated(tmp_path, a, edits, soffice)
     expected = a.evaluate(edits)
@@ -241,7 +242,7 @@ def test_workbook_of_the_new_kinds_equals_eval(tmp_path: Path, soffice: str, pha
     for section in ("memory", "step"):
         for key, want in expected[section].items():
             name = "out_step_kv_bytes" if (section, key) == ("step", "kv_bytes") else f"out_{key}"
-            _assert_close(_cell(wb, name).value, want, key)
+            _assert_close(named_cell(wb, name).value, want, key)
 
 
 def test_hybrid_fixture_memory(tmp_path: Path) -> None:

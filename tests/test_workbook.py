@@ -9,8 +9,8 @@ import openpyxl
 import pytest
 
 from infest.compiler.api import analyze
-from infest.exports.libreoffice import recalculate
 from infest.exports.xlsx import check_excel_name, write_workbook
+from workbooks import edit_and_recalculate, named_cell
 
 ROOT = Path(__file__).parents[1]
 MODELS = ROOT / "specs" / "models"
@@ -20,18 +20,8 @@ def _recalculated(tmp_path: Path, analysis, edits: dict[str, float], soffice: st
     """Write, change input cells like a planner would, recalculate in LibreOffice."""
     (tmp_path / "in").mkdir()  # write_workbook no longer creates missing folders
     src = write_workbook(analysis, tmp_path / "in" / "book.xlsx", {})
-    if edits:
-        wb = openpyxl.load_workbook(src)
-        for name, value in edits.items():
-            _cell(wb, f"in_{name}").value = value
-        wb.save(src)
-    return openpyxl.load_workbook(recalculate(src, tmp_path / "out", soffice=soffice),
-                                  data_only=True)
-
-
-def _cell(wb: openpyxl.Workbook, name: str):
-    sheet, ref = wb.defined_names[name].attr_text.split("!")
-    return wb[sheet.strip("'")][ref.replace("$", "")]
+    return edit_and_recalculate(src, {f"in_{k}": v for k, v in edits.items()},
+                                tmp_path / "out", soffice)
 
 
 def _assert_close(got, want, key: str) -> None:
@@ -83,9 +73,9 @@ def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, 
     expected = analysis.evaluate(_base(edits))
     _assert_outputs(wb, expected)
     for name, value in expected["inputs"].items():
-        assert _cell(wb, f"in_{name}").value == pytest.approx(value / HUMAN.get(name, 1), rel=1e-12)
+        assert named_cell(wb, f"in_{name}").value == pytest.approx(value / HUMAN.get(name, 1), rel=1e-12)
         if name in HUMAN:  # the base-unit cell the formulas use
-            assert _cell(wb, f"base_{name}").value == pytest.approx(value, rel=1e-12)
+            assert named_cell(wb, f"base_{name}").value == pytest.approx(value, rel=1e-12)
 
 
 def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
@@ -94,7 +84,7 @@ def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
     for section in ("memory", "step"):
         for key, want in expected[section].items():
             name = "out_step_kv_bytes" if (section, key) == ("step", "kv_bytes") else f"out_{key}"
-            _assert_close(_cell(wb, name).value, want, key)
+            _assert_close(named_cell(wb, name).value, want, key)
 
 
 # Inputs typed in human units: base units per unit (TB/s, GB, us, TFLOP/s).
@@ -139,7 +129,7 @@ def test_cell_like_names_are_refused(name: str) -> None:
 def test_formula_cells_carry_their_symbolic_form(tmp_path: Path) -> None:
     analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
     wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
-    cell = _cell(wb, "out_kv_bytes")
+    cell = named_cell(wb, "out_kv_bytes")
     assert cell.value.startswith("=") and "in_B" in cell.value and "in_N" in cell.value
     # The cache held: 2 (K, V) * layers * kv_heads * head_dim (hidden/heads) *
     # kv_bytes_per_elem per token, for B sequences of N + T tokens.
@@ -154,10 +144,10 @@ def test_graphs_engine_workbook_keeps_launch_overhead_a_live_input(tmp_path: Pat
     wb = _recalculated(tmp_path, analysis, edits, soffice)
     expected = analysis.evaluate(_base(edits))
     assert _no_error_cells(wb) == []
-    assert _cell(wb, "out_kernels").value == 227
-    assert _cell(wb, "out_t_launch_s").value == pytest.approx(227 * 1e-6)  # 227 us
+    assert named_cell(wb, "out_kernels").value == 227
+    assert named_cell(wb, "out_t_launch_s").value == pytest.approx(227 * 1e-6)  # 227 us
     for key in ("time_s", "act_bytes", "roofline_s"):
-        _assert_close(_cell(wb, f"out_{key}").value, expected["step"][key], key)
+        _assert_close(named_cell(wb, f"out_{key}").value, expected["step"][key], key)
 
 
 def test_planner_edits_kv_dtype_bandwidth_and_batch(tmp_path: Path, soffice: str) -> None:
@@ -170,21 +160,21 @@ def test_planner_edits_kv_dtype_bandwidth_and_batch(tmp_path: Path, soffice: str
     # By hand, N = 4096, T = 1: KV per sequence = 2 * 32 layers * 8 kv_heads * 128 * 1 byte
     # * 4097 tokens = 268,500,992 bytes; room = 80e9 - 16,060,522,496 weight bytes =
     # 63,939,477,504; 63,939,477,504 / 268,500,992 = 238.1 -> 238 (bf16: 119).
-    assert _cell(wb, "out_max_batch").value == 238
-    assert _cell(wb, "base_mem_bw").value == 2.5e12
+    assert named_cell(wb, "out_max_batch").value == 238
+    assert named_cell(wb, "base_mem_bw").value == 2.5e12
 
 
 def test_unfit_point_is_red_and_not_achievable(tmp_path: Path, soffice: str) -> None:
     # B = 512 at N = 4096 needs 512 * 537,001,984 KV bytes = 275 GB > 80 GB: not achievable.
     analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
     wb = _recalculated(tmp_path, analysis, {"B": 512}, soffice)
-    assert _cell(wb, "out_fits").value is False
+    assert named_cell(wb, "out_fits").value is False
     summary = wb["Summary"]
     also = {summary.cell(r, 1).value: summary.cell(r, 6).value for r in range(2, summary.max_row + 1)}
     assert also["memory.fits"] == "DOES NOT FIT in memory"
     assert also["step.tokens_per_s"] == "NOT ACHIEVABLE: does not fit in memory"
     rules = [(str(rng.sqref), r.formula) for rng in summary.conditional_formatting for r in rng.rules]
-    fits_row = _cell(wb, "out_fits").row
+    fits_row = named_cell(wb, "out_fits").row
     assert (f"A{fits_row}:F{fits_row}", ["NOT(out_fits)"]) in rules
 
 
@@ -239,9 +229,9 @@ def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
     assert (units["mem_bw"], units["mem_capacity"], units["launch_overhead"]) == ("TB/s", "GB", "us")
     assert units["flops_bf16"] == "TFLOP/s" and units["N"] == "tokens"
     # 4.8 TB/s and 141 GB (H200 SXM) typed as 4.8 and 141; 4 us as 4.
-    assert _cell(wb, "in_mem_bw").value == 4.8 and _cell(wb, "in_mem_capacity").value == 141
-    assert _cell(wb, "in_launch_overhead").value == 4
-    assert _cell(wb, "base_mem_bw").value == "=in_mem_bw*1E+12"
+    assert named_cell(wb, "in_mem_bw").value == 4.8 and named_cell(wb, "in_mem_capacity").value == 141
+    assert named_cell(wb, "in_launch_overhead").value == 4
+    assert named_cell(wb, "base_mem_bw").value == "=in_mem_bw*1E+12"
 
 
 def test_inputs_are_validated_whole_positive_or_zero_ok(tmp_path: Path) -> None:
@@ -263,14 +253,14 @@ def test_inputs_are_validated_whole_positive_or_zero_ok(tmp_path: Path) -> None:
 def test_summary_formulas_name_their_parts_and_stay_short(tmp_path: Path) -> None:
     analysis = analyze(MODELS / "deepseek_v3.arch", hw="h200_sxm")
     wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
-    assert _cell(wb, "out_total_bytes").value == "=out_kv_bytes+out_weights_bytes"
-    assert _cell(wb, "out_total_bytes_per_gpu").value == \
+    assert named_cell(wb, "out_total_bytes").value == "=out_kv_bytes+out_weights_bytes"
+    assert named_cell(wb, "out_total_bytes_per_gpu").value == \
         "=out_kv_bytes_per_gpu+out_weights_bytes_per_gpu"
-    assert "out_weights_bytes_per_gpu" in _cell(wb, "out_max_batch").value
-    assert _cell(wb, "out_tokens_per_s").value == "=in_B*in_T/out_roofline_s"
+    assert "out_weights_bytes_per_gpu" in named_cell(wb, "out_max_batch").value
+    assert named_cell(wb, "out_tokens_per_s").value == "=in_B*in_T/out_roofline_s"
     groups = [n for n in wb.defined_names if n.startswith("params_group_")]
     assert "params_group_experts" in groups
-    assert _cell(wb, "params_total").value == "=" + "+".join(sorted(groups))
+    assert named_cell(wb, "params_total").value == "=" + "+".join(sorted(groups))
     ws = wb["Summary"]
     longest = max(len(str(ws.cell(r, 2).value)) for r in range(2, ws.max_row + 1))
     assert longest < 1000, longest
@@ -295,4 +285,4 @@ def test_compile_with_set_batch_writes_that_batch(tmp_path: Path) -> None:
     assert main(["compile", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
                  "--xlsx", str(path), "--set", "B=8", "--set", "mem_bw=2.5e12"]) == 0
     wb = openpyxl.load_workbook(path)
-    assert _cell(wb, "in_B").value == 8 and _cell(wb, "in_mem_bw").value == 2.5
+    assert named_cell(wb, "in_B").value == 8 and named_cell(wb, "in_mem_bw").value == 2.5

@@ -11,9 +11,9 @@ import pytest
 from infest.compiler.api import analyze
 from infest.compiler.plan import Demand, plan
 from infest.compiler.serve import METRIC_KEYS, Engine, Request, serve
-from infest.exports.libreoffice import recalculate
 from infest.exports.xlsx import write_workbook
 from infest.exports.xlsx_plan import Serving
+from workbooks import edit_and_recalculate, named_cell
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 
@@ -27,21 +27,12 @@ def _recalculated(tmp_path: Path, serving: Serving, edits: dict, soffice: str):
     """Write the workbook, type `edits` into plan_<key> cells, recalculate."""
     (tmp_path / "in").mkdir()
     src = write_workbook(serving.decode, tmp_path / "in" / "book.xlsx", {}, serving)
-    wb = openpyxl.load_workbook(src)
-    for key, value in edits.items():
-        _cell(wb, f"plan_{key}").value = value
-    wb.save(src)
-    return openpyxl.load_workbook(recalculate(src, tmp_path / "out", soffice=soffice),
-                                  data_only=True)
-
-
-def _cell(wb: openpyxl.Workbook, name: str):
-    sheet, ref = wb.defined_names[name].attr_text.split("!")
-    return wb[sheet.strip("'")][ref.replace("$", "")]
+    return edit_and_recalculate(src, {f"plan_{k}": v for k, v in edits.items()},
+                                tmp_path / "out", soffice)
 
 
 def _value(wb: openpyxl.Workbook, key: str):
-    return _cell(wb, f"plan_{key}").value
+    return named_cell(wb, f"plan_{key}").value
 
 
 # serve's bound metrics: all but gpus and fits (the layout's, not the step time's).

@@ -286,3 +286,17 @@ def test_compile_with_set_batch_writes_that_batch(tmp_path: Path) -> None:
                  "--xlsx", str(path), "--set", "B=8", "--set", "mem_bw=2.5e12"]) == 0
     wb = openpyxl.load_workbook(path)
     assert named_cell(wb, "in_B").value == 8 and named_cell(wb, "in_mem_bw").value == 2.5
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_compile_writes_a_plan_sheet_in_either_phase(tmp_path: Path, phase: str) -> None:
+    """`compile --xlsx` derives the other phase's forms too: the Plan sheet needs the
+    prefill form (TTFT) and the decode form (TPOT) whichever phase the workbook shows."""
+    from infest.exports.cli import main
+    path = tmp_path / "b.xlsx"
+    assert main(["compile", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
+                 "--phase", phase, "--xlsx", str(path), "--set", "tp=2"]) == 0
+    wb = openpyxl.load_workbook(path)
+    assert wb.sheetnames[wb.sheetnames.index("Sweep") + 1] == "Plan"
+    assert named_cell(wb, "plan_tp").value == 2           # the layout the command set
+    assert "plan_isl" in named_cell(wb, "plan_ttft_s").value    # prefill at N = ISL

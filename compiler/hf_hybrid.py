@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from infest.compiler.hf_import import (MAX_LAYERS, Arch, Config, _base_dtype, _op, _safe,
-                                       _title, identifier, read_arch, trained_context)
+from infest.compiler.hf_config import Config, trained_context
+from infest.compiler.hf_import import MAX_LAYERS, _base_dtype, _title, identifier, read_arch
+from infest.compiler.hf_render import Arch, _op, _safe
 from infest.compiler.hf_quant import Formats, formats
 from infest.dsl.errors import SpecError, fail
 

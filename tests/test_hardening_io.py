@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_import import (MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS, MAX_LAYERS,
-                                       import_hf)
+from infest.compiler.hf_config import MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS
+from infest.compiler.hf_import import MAX_LAYERS, import_hf
 from infest.compiler.loader import MAX_IMPORT_DEPTH, MAX_SPEC_BYTES, load_program
 from infest.compiler.sweep import parse_list
 from infest.dsl.errors import SpecError, printable

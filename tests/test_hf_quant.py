@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_import import import_hf, read_arch, render
+from infest.compiler.hf_import import import_hf, read_arch
+from infest.compiler.hf_render import render
 from infest.compiler.hf_quant import bits_text, group_bits
 from infest.dsl.errors import SpecError
 from infest.exports.cli import main

@@ -106,7 +106,8 @@ def check_context(runner: "Runner", isl: int, osl: int, overrides: Mapping[str, 
     inputs = {i.name: i.value for i in runner.inputs(overrides, checked=False)}
     limit = inputs.get(TRAINED_CONTEXT, runner.defaults.get(TRAINED_CONTEXT))
     if limit is not None and isl + osl - 1 > limit:
-        raise fail(runner.spans.get(TRAINED_CONTEXT), f"--isl {isl} + --osl {osl} needs a context of "
+        raise fail(runner.spans.get(TRAINED_CONTEXT),
+                   f"--isl {isl} + --osl {osl} needs a context of "
                    f"{isl + osl - 1:,} tokens; the model was trained for {int(limit):,}",
                    "shorten the request, or --set trained_context=... to ask what if")
 

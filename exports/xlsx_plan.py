@@ -46,6 +46,8 @@ REQUEST_INPUTS = [
     ("tpot_max", 50, "ms", "TPOT limit"),
     ("ttft_max", 2000, "ms", "TTFT limit"),
 ]
+# Yes/no rows that plan_ok requires (within_context only where the model states one).
+CHECKS = ("fits", "meets_tpot", "meets_ttft", "within_context")
 FIRST_ROW = 4               # first input row (title, blank, header above it)
 TABLE_COL = 6               # the context table's first column (F)
 TABLE_HEADER = ["k", "counted", "context N (tokens)", "decode step, estimate (s)",
@@ -162,16 +164,20 @@ def _context_table(b: _Builder, ws, decode: "Analysis") -> _Table:
         r = top + k
         ws.cell(r, TABLE_COL, k).font = DERIVED_FONT
         ws.cell(r, TABLE_COL + 1, f"=IF({col[0]}{r}<plan_points,1,0)")
-        ws.cell(r, TABLE_COL + 2, f"=plan_isl+IF(plan_steps<={CONTEXT_POINTS},MIN({col[0]}{r},"
-                                  f"plan_steps-1),INT((2*{col[0]}{r}+1)*plan_steps/"
-                                  f"{2 * CONTEXT_POINTS}))")
+        ws.cell(r, TABLE_COL + 2, _context_formula(f"{col[0]}{r}"))
         point = {"B": "plan_batch", "N": f"${col[2]}${r}"}
         for j, key in ((3, "estimate_s"), (4, "roofline_s")):
             _live(b, ws.cell(r, TABLE_COL + j), decode.forms.step[key], point, SHEET)
             ws.cell(r, TABLE_COL + j).number_format = "0.000E+00"
     last = top + CONTEXT_POINTS - 1
-    span = lambda c: f"${c}${top}:${c}${last}"  # noqa: E731
-    return _Table(span(col[1]), span(col[3]), span(col[4]))
+    return _Table(*(f"${c}${top}:${c}${last}" for c in (col[1], col[3], col[4])))
+
+
+def _context_formula(k: str) -> str:
+    """Context N_k of the cell `k` holding k (serve's decode_contexts): uncounted rows
+    repeat the last real context, so every row is a valid point."""
+    slices = f"INT((2*{k}+1)*plan_steps/{2 * CONTEXT_POINTS})"
+    return f"=plan_isl+IF(plan_steps<={CONTEXT_POINTS},MIN({k},plan_steps-1),{slices})"
 
 
 def _derived_rows(b: _Builder, s: Serving, t: _Table) -> list[tuple]:
@@ -190,7 +196,8 @@ def _derived_rows(b: _Builder, s: Serving, t: _Table) -> list[tuple]:
         ("fits", form(s.decode.forms.memory["fits"], "plan_last_context"), "",
          "the last decode step fits in memory"),
     ]
-    for prefix, key, table in (("", USES["estimate"], t.estimate), ("bound_", "roofline_s", t.bound)):
+    for prefix, key, table in (("", USES["estimate"], t.estimate),
+                               ("bound_", USES["bound"], t.bound)):
         rows += _metric_rows(prefix, form(s.prefill.forms.step[key], "plan_isl"),
                              f"=SUMPRODUCT({t.counted},{table})/SUM({t.counted})")
     return rows + _demand_rows(b)
@@ -221,21 +228,18 @@ def _demand_rows(b: _Builder) -> list[tuple]:
         ("meets_tpot", "=plan_tpot_s<=plan_tpot_max/1000", "", "estimated TPOT within its limit"),
         ("meets_ttft", "=plan_ttft_s<=plan_ttft_max/1000", "", "estimated TTFT within its limit"),
     ]
-    checks = ["plan_fits", "plan_meets_tpot", "plan_meets_ttft"]
     trained = b.names.get(sym(TRAINED_CONTEXT))
     if trained is not None:
         rows.append(("within_context", f"=plan_isl+plan_osl-1<={trained}", "",
                      "ISL + OSL - 1 within the model's trained context"))
-        checks.append("plan_within_context")
-    rows.append(("ok", f"=AND({','.join(checks)})", "", "fits, meets both limits"
-                 + (", within the trained context" if len(checks) > 3 else "")))
-    return rows
+    checks = ",".join(f"plan_{k}" for k in (CHECKS if trained is not None else CHECKS[:-1]))
+    note = "fits, meets both limits" + (", within the trained context" if trained else "")
+    return rows + [("ok", f"=AND({checks})", "", note)]
 
 
 def _mark_failures(ws) -> None:
     """Red rows where a check is FALSE."""
-    for row in ws.iter_rows(min_row=FIRST_ROW, max_col=2):
-        key, value = row
-        if key.value in ("fits", "meets_tpot", "meets_ttft", "within_context", "ok"):
+    for (key,) in ws.iter_rows(min_row=FIRST_ROW, max_col=1):
+        if key.value in CHECKS + ("ok",):
             ws.conditional_formatting.add(f"A{key.row}:C{key.row}", FormulaRule(
                 formula=[f"NOT($B${key.row})"], fill=UNFIT_FILL, font=UNFIT_FONT))

@@ -18,6 +18,7 @@ import openpyxl
 from infest.compiler.api import analyze
 from infest.exports.libreoffice import to_pdf
 from infest.exports.xlsx import write_workbook
+from infest.exports.xlsx_plan import Serving
 
 
 def main(argv: list[str]) -> int:
@@ -26,7 +27,8 @@ def main(argv: list[str]) -> int:
     hw = argv[1] if len(argv) > 1 else "h100_sxm"
     out = Path(argv[2] if len(argv) > 2 else "out/render")
     out.mkdir(parents=True, exist_ok=True)
-    book = write_workbook(analyze(spec, hw=hw), out / "book.xlsx", {})
+    serving = Serving(*(analyze(spec, hw=hw, phase=phase) for phase in ("decode", "prefill")))
+    book = write_workbook(serving.decode, out / "book.xlsx", {}, serving)
     pdf = to_pdf(book, out / "pdf")
     sheets = [ws.title.lower().replace(" ", "-") for ws in openpyxl.load_workbook(book).worksheets]
     for page in _pages(pdf, out, [f"{i + 1}-{name}" for i, name in enumerate(sheets)]):

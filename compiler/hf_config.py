@@ -140,3 +140,23 @@ def trained_context(cfg: Config) -> int | None:
         raise rope._bad("factor", "a positive finite number")
     scaled = int(original * factor) if original is not None else None
     return max((c for c in (stated, scaled) if c is not None), default=None)
+
+
+# ---- wrapped language models ------------------------------------------------------------
+
+# Top-level fields of a wrapped (multimodal) config that describe the language model too.
+_SHARED = ("architectures", "tie_word_embeddings", "quantization_config", "torch_dtype")
+
+
+def text_model(data: Mapping[str, Any], source: str, model_type: str) -> dict[str, Any]:
+    """A wrapped config's `text_config` with the top-level fields that apply to it, as a
+    config of `model_type` (a vision tower beside it is not read)."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        raise fail(None, f"{source}: config field 'text_config' must be an object (the "
+                   "language model's config)", f"a {data.get('model_type')} config keeps "
+                   "its language model in text_config")
+    merged = dict(text) | {k: data[k] for k in _SHARED if data.get(k) is not None}
+    if merged.get("torch_dtype") is None and text.get("dtype") is not None:
+        merged["torch_dtype"] = text["dtype"]  # newer configs spell it `dtype`
+    return merged | {"model_type": model_type}

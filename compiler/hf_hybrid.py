@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from infest.compiler.hf_config import Config, trained_context
+from infest.compiler.hf_config import Config, text_model, trained_context
 from infest.compiler.hf_import import MAX_LAYERS, _base_dtype, _title, identifier, read_arch
 from infest.compiler.hf_render import Arch, _op, _safe
 from infest.compiler.hf_quant import Formats, formats
@@ -356,23 +356,6 @@ READERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     "nemotron_h": _read_nemotron_h}
 # Families whose config wraps the language model in a `text_config` (multimodal releases).
 WRAPPED = ("qwen3_5", "qwen3_5_moe")
-# Top-level fields of a wrapped config that describe the language model too.
-_SHARED = ("architectures", "tie_word_embeddings", "quantization_config", "torch_dtype")
-
-
-def text_model(data: Mapping[str, Any], source: str, model_type: str) -> dict[str, Any]:
-    """A wrapped config's `text_config` with the top-level fields that apply to it, as a
-    config of `model_type` (a vision tower beside it is not read)."""
-    text = data.get("text_config")
-    if not isinstance(text, dict):
-        raise _fail(Config(data, source), "text_config",
-                    "must be an object (the language model's config)")
-    merged = dict(text) | {k: data[k] for k in _SHARED if data.get(k) is not None}
-    if merged.get("torch_dtype") is None and text.get("dtype") is not None:
-        merged["torch_dtype"] = text["dtype"]  # newer configs spell it `dtype`
-    return merged | {"model_type": model_type}
-
-
 def read_hybrid(data: Mapping[str, Any], source: str = "config.json",
                 quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
                 gguf: str | None = None) -> Hybrid:

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from infest.compiler.hf_config import Config, load_json, trained_context
+from infest.compiler.hf_config import Config, load_json, text_model, trained_context
 from infest.compiler.hf_quant import formats
 from infest.compiler.hf_render import Arch, Attention, Experts, Layer, _safe, render
 from infest.dsl.errors import fail
@@ -82,21 +82,12 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
 # The dense MLP's width where a family keeps intermediate_size for its experts.
 _FFN_KEY = {"llama4_text": "intermediate_size_mlp"}
 # Fields of a multimodal wrapper (`llama4`) that apply to its text model.
-_WRAPPER_FIELDS = ("architectures", "tie_word_embeddings", "quantization_config")
-
-
 def _text_config(data: Mapping[str, Any], source: str) -> Mapping[str, Any]:
-    """A multimodal `llama4` config's text model (`text_config`, with the wrapper's
-    architectures, tie_word_embeddings and quantization_config); any other config as is.
-    The vision tower is not read: decode never runs it (see _family_notes)."""
+    """A multimodal `llama4` config's text model (hf_config.text_model); any other config
+    as is. The vision tower is not read: decode never runs it (see _family_notes)."""
     if data.get("model_type") != "llama4":
         return data
-    text = data.get("text_config")
-    if not isinstance(text, dict):
-        raise fail(None, f"{source}: missing required config field 'text_config'",
-                   "a llama4 config keeps its text model in text_config")
-    return {**text, **{k: data[k] for k in _WRAPPER_FIELDS if k in data},
-            "model_type": "llama4_text", "vision_config": data.get("vision_config")}
+    return {**text_model(data, source, "llama4_text"), "vision_config": data.get("vision_config")}
 
 
 def _family(cfg: Config) -> str:

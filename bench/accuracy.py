@@ -2,10 +2,10 @@
 
     python bench/accuracy.py [--markdown]
 
-Reads bench/measurements.csv (the `infest calibrate` format, compiler/calibrate.py, plus
+Reads bench/measurements.csv (the `infest calibrate` format, compiler/analyses/calibrate.py, plus
 server, source and notes columns: each row cites where its number comes from and how a
 per-user rate or an ITL became a step time). Each row is evaluated on its own hardware at
-that hardware's efficiencies (compiler/hardware.py `efficiencies`). bound / measured must
+that hardware's efficiencies (compiler/load/hardware.py `efficiencies`). bound / measured must
 be <= 1 on every row: a measurement faster than the bound means the spec, the layout or
 the measurement is wrong, and the script exits 1 naming the row. The last column is the
 estimate after calibration, leave-one-out: eff_mem, eff_flops and eff_link fitted to all
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from infest.compiler import calibrate as cal
+from infest.compiler.analyses import calibrate as cal
 from infest.compiler.api import load_hardware
 
 HERE = Path(__file__).resolve().parent
@@ -67,7 +67,7 @@ def summary(results: list[dict]) -> list[str]:
 
 def render(results: list[dict], markdown: bool) -> str:
     """The table and its summary, as plain text or Markdown."""
-    from infest.exports.human import md_table, table
+    from infest.dsl.human import md_table, table
     body = table_rows(results)
     grid = md_table(HEADERS, body) if markdown else table(HEADERS, body)
     return "\n".join([grid, ""] + summary(results))

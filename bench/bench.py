@@ -6,7 +6,7 @@ Per spec in specs/models/: parse + elaborate + closed forms, code generation, on
 10^6-point sweep in-process (1000 B x 1000 N), the same grid as a plain per-point Python
 loop over the same compiled function (timed on a sample, extrapolated), then whole
 processes: `infest --help`, `infest eval`, a 65,536-point `infest sweep --csv`, and the
-workbook write if infest.exports.xlsx provides write_workbook; also the parser's
+workbook write if infest.exports.workbook.xlsx provides write_workbook; also the parser's
 construction, paid once by every process that parses, and a capacity plan (DeepSeek-V3 on
 h200_sxm, every layout and batch size: the search in-process with its forms compiled, and a
 whole `infest plan` process). Targets: the 10^6-point sweep under 1 s, the 65,536-point CSV
@@ -82,7 +82,7 @@ def compile_times(spec: Path, hw: str) -> tuple[Any, float, float]:
 def sweep_times(analysis: Any, repeat: int) -> tuple[float, float]:
     """(vectorised 10^6-point sweep seconds, per-point loop seconds extrapolated to 10^6)."""
     import numpy as np
-    from infest.compiler.sweep import sweep
+    from infest.compiler.analyses.sweep import sweep
     axis = list(range(1, GRID + 1))
     vectorised = best(lambda: sweep(analysis, {}, axis, axis, "tokens_per_s"), repeat)
     inputs = analysis.inputs({})
@@ -101,7 +101,7 @@ def sweep_times(analysis: Any, repeat: int) -> tuple[float, float]:
 def workbook_time(analysis: Any) -> float | None:
     """Seconds to write the live workbook, or None if the exporter is not there yet."""
     try:
-        from infest.exports.xlsx import write_workbook
+        from infest.exports.workbook.xlsx import write_workbook
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,8 +118,8 @@ PLAN_ARGS = ["--isl", "8192", "--osl", "1024", "--users", "1000", "--tpot-max", 
 def plan_rows(repeat: int) -> list[tuple[str, str]]:
     """(what, figure) rows for the DeepSeek-V3 plan: in-process search, whole process."""
     from infest.compiler.api import analyze
-    from infest.compiler.plan import Demand, plan
-    from infest.compiler.serve import Engine
+    from infest.compiler.analyses.plan import Demand, plan
+    from infest.compiler.analyses.serve import Engine
     spec = ROOT / PLAN_SPEC
     policies = list(analyze(spec, hw=PLAN_HW).model.policies) or [None]
     engines = {str(p): Engine(*(analyze(spec, hw=PLAN_HW, phase=ph, policy=p)
@@ -174,7 +174,7 @@ def bench_spec(spec: Path, hw: str, repeat: int) -> list[tuple[str, str]]:
          f"{process_time(sweep_args, repeat, cached=True):8.3f} s"),
         ("process: infest sweep, 99 points, cached",
          f"{process_time(small_sweep, repeat, cached=True):8.3f} s   (target < 0.35 s)"),
-        ("workbook write", "skipped (no infest.exports.xlsx.write_workbook)" if t_book is None
+        ("workbook write", "skipped (no infest.exports.workbook.xlsx.write_workbook)" if t_book is None
          else f"{t_book:8.3f} s"),
     ]
     return rows

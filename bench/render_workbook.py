@@ -16,9 +16,11 @@ from pathlib import Path
 import openpyxl
 
 from infest.compiler.api import analyze
-from infest.exports.libreoffice import to_pdf
-from infest.exports.xlsx import write_workbook
-from infest.exports.xlsx_plan import Serving
+from infest.exports.workbook.xlsx import write_workbook
+from infest.exports.workbook.xlsx_plan import Serving
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test helpers
+from libreoffice import to_pdf  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

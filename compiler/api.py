@@ -12,15 +12,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-from infest.compiler.collectives import LINK_FIELDS, NET_FIELDS, Links
-from infest.compiler.elaborate import CompiledModel, elaborate
-from infest.compiler.evaluate import build_runner
-from infest.compiler.engine import engine_hardware, resolve_engine
-from infest.compiler.hardware import CompiledHardware, compile_hardware
-from infest.compiler.loader import Program, load_program, pick_model, resolve_spec, shipped
-from infest.compiler.model import Forms, build_forms
-from infest.compiler.policy import resolve_policy
-from infest.compiler.runner import Input, Runner
+from infest.compiler.passes.collectives import LINK_FIELDS, NET_FIELDS, Links
+from infest.compiler.core.elaborate import CompiledModel, elaborate
+from infest.compiler.forms.evaluate import build_runner
+from infest.compiler.passes.engine import engine_hardware, resolve_engine
+from infest.compiler.load.hardware import CompiledHardware, compile_hardware
+from infest.compiler.load.loader import Program, load_program, pick_model, resolve_spec, shipped
+from infest.compiler.forms.model import Forms, build_forms
+from infest.compiler.passes.policy import resolve_policy
+from infest.compiler.backend.runner import Input, Runner
 from infest.dsl.errors import did_you_mean, fail
 
 
@@ -66,7 +66,7 @@ def load_hardware(spec: str | Path, program: Program | None = None,
 class Analysis:
     """A model, optional hardware and a phase, with forms derived and ready to evaluate.
 
-    Evaluation goes through `runner` (compiler/runner.py: generated code, no sympy), the
+    Evaluation goes through `runner` (compiler/backend/runner.py: generated code, no sympy), the
     same object a cached `infest eval` reads back; the forms stay for symbolic work."""
 
     model: CompiledModel

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from infest.exports.libreoffice import find_soffice
+from libreoffice import find_soffice
 
 
 @pytest.fixture(scope="session")

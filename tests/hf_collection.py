@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from infest.compiler.api import load_model
-from infest.compiler.hf_import import identifier, import_hf, sibling_quant_config
-from infest.compiler.model import _params
+from infest.compiler.hf.families import identifier, import_hf, sibling_quant_config
+from infest.compiler.forms.model import _params
 from infest.dsl.errors import SpecError
 
 COLLECTION = Path(__file__).parent / "fixtures" / "hf" / "collection"

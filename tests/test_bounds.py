@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hardware import MAY_BE_ZERO
+from infest.compiler.load.hardware import MAY_BE_ZERO
 from infest.dsl.errors import SpecError
 
 ROOT = Path(__file__).parents[1]

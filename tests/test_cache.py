@@ -1,4 +1,4 @@
-"""The private cache of Runners (compiler/cache.py): identical results, rebuilt when any
+"""The private cache of Runners (compiler/backend/cache.py): identical results, rebuilt when any
 input file changes, never read from a folder or file someone else could have written."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infest.compiler import cache
-from infest.exports.cli import main
+from infest.compiler.backend import cache
+from infest.exports.cli.main import main
 
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
@@ -114,7 +114,7 @@ def test_no_cache_switch(capsys, cache_dir, monkeypatch):
 
 
 def test_a_cached_eval_or_sweep_process_does_not_import_sympy(cache_dir):
-    code = ("import sys; from infest.exports.cli import main; "
+    code = ("import sys; from infest.exports.cli.main import main; "
             f"main(['eval', {LLAMA!r}, '--hw', 'h100_sxm']); "
             f"main(['sweep', {LLAMA!r}, '--hw', 'h100_sxm', '--B', '1..99', '--N', '4k']); "
             "print('SYMPY' if 'sympy' in sys.modules else 'NO-SYMPY', file=sys.stderr)")

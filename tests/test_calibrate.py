@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze, load_hardware
-from infest.compiler.calibrate import read_measurements
+from infest.compiler.analyses.calibrate import read_measurements
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 HEADER = ["spec", "hardware", "tp", "ep", "pp", "dp", "policy", "engine", "phase", "B", "N",
           "T", "step_s", "notes"]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.capacity import capacity, crossings, X
-from infest.exports.cli import main
+from infest.compiler.analyses.capacity import capacity, crossings, X
+from infest.exports.cli.main import main
 
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")

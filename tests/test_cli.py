@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
@@ -120,7 +120,7 @@ def test_bad_spec_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
 
 def test_help_is_fast_to_import() -> None:
     # --help must not pull in sympy, networkx or numpy (checked by module list, not time).
-    code = ("import sys; from infest.exports.cli import build_parser; build_parser();"
+    code = ("import sys; from infest.exports.cli.main import build_parser; build_parser();"
             "print(sorted(m for m in ('sympy', 'networkx', 'numpy', 'lark') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]"

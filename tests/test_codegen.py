@@ -1,4 +1,4 @@
-"""Tests for the closed-form -> numpy code generator (compiler/codegen.py).
+"""Tests for the closed-form -> numpy code generator (compiler/backend/codegen.py).
 
 Differential: several hundred random expressions (every node kind the Excel printer
 test draws) are compiled and compared with sympy's exact value. Structural: shared
@@ -16,8 +16,8 @@ import pytest
 import sympy
 
 from infest.compiler.api import analyze
-from infest.compiler.codegen import MAX_INLINE_DEPTH, compile_forms, numpy_source
-from infest.compiler.generated import check_vocabulary
+from infest.compiler.backend.codegen import MAX_INLINE_DEPTH, compile_forms, numpy_source
+from infest.compiler.backend.generated import check_vocabulary
 from random_exprs import INPUTS, _draw_expressions, _exact, _well_conditioned
 
 SYMS = sorted(INPUTS, key=lambda s: s.name)

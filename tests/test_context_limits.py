@@ -114,14 +114,14 @@ def _config(stem: str) -> dict:
     ("Qwen--Qwen3-30B-A3B", 40_960),             # no rope scaling
     ("mistralai--Mixtral-8x7B-v0.1", 32_768)])
 def test_import_reads_the_trained_context(stem: str, context: int) -> None:
-    from infest.compiler.hf_import import read_arch
-    from infest.compiler.hf_render import render
+    from infest.compiler.hf.families import read_arch
+    from infest.compiler.hf.render import render
     text = render(read_arch(_config(stem), f"{stem}.config.json"))
     assert f"trained_context = {context}\n" in text
 
 
 def test_yarn_scaling_beyond_the_stated_context_wins() -> None:
-    from infest.compiler.hf_config import Config, trained_context
+    from infest.compiler.hf.config import Config, trained_context
     # Qwen3's documented YaRN extension: original 32768 x factor 4 = 131072 > 40960.
     data = _config("Qwen--Qwen3-30B-A3B") | {"rope_scaling": {
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
@@ -129,7 +129,7 @@ def test_yarn_scaling_beyond_the_stated_context_wins() -> None:
 
 
 def test_bad_rope_factor_is_named() -> None:
-    from infest.compiler.hf_config import Config, trained_context
+    from infest.compiler.hf.config import Config, trained_context
     data = {"max_position_embeddings": 4096, "rope_scaling": {"factor": "eight"}}
     with pytest.raises(SpecError, match="rope_scaling: config field 'factor' must be a "
                                         "positive finite number"):
@@ -137,8 +137,8 @@ def test_bad_rope_factor_is_named() -> None:
 
 
 def test_imported_mistral_all_window_caps_at_its_config(tmp_path: Path) -> None:
-    from infest.compiler.hf_import import read_arch
-    from infest.compiler.hf_render import render
+    from infest.compiler.hf.families import read_arch
+    from infest.compiler.hf.render import render
     # Mistral 7B v0.1 config: sliding_window 4096, max_position_embeddings 32768, vocab
     # 32000 (the other sizes are Llama 3.1 8B's: 32 layers, 8 kv heads of 128).
     data = _config("meta-llama--Meta-Llama-3.1-8B") | {
@@ -154,7 +154,7 @@ def test_imported_mistral_all_window_caps_at_its_config(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_a_context_beyond_the_trained_one(capsys) -> None:
-    from infest.exports.cli import main
+    from infest.exports.cli.main import main
     llama = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
     assert main(["eval", llama, "--hw", "h100_sxm", "--set", "N=128k"]) == 1
     err = capsys.readouterr().err

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.symbols import sym
-from infest.compiler.diagnose import (Measured, amdahl, bandwidth, binding, comm, default_blocks,
+from infest.compiler.core.symbols import sym
+from infest.compiler.analyses.diagnose import (Measured, amdahl, bandwidth, binding, comm, default_blocks,
                                       diagnose, launch)
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")

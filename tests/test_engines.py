@@ -10,7 +10,7 @@ import pytest
 
 from infest.compiler.api import analyze
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "models"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import load_hardware, load_model
-from infest.compiler.loader import load_program
+from infest.compiler.load.loader import load_program
 from infest.dsl.errors import SpecError
 
 ERRORS = Path(__file__).parent / "errors"

@@ -111,7 +111,7 @@ def test_measured_ceilings_set_the_default_efficiencies() -> None:
 
 def test_every_public_measurement_is_slower_than_its_bound() -> None:
     # bench/measurements.csv: bound / measured <= 1 on every row (bench/accuracy.py).
-    from infest.compiler import calibrate as cal
+    from infest.compiler.analyses import calibrate as cal
     path = ROOT / "bench" / "measurements.csv"
     rows = cal.read_measurements(path)
     assert len(rows) >= 15
@@ -121,14 +121,14 @@ def test_every_public_measurement_is_slower_than_its_bound() -> None:
 
 
 def _serve_engine(use: str):
-    from infest.compiler.serve import Engine
+    from infest.compiler.analyses.serve import Engine
     return Engine(_analysis("llama3_1_8b.arch", "h200_sxm", "decode"),
                   _analysis("llama3_1_8b.arch", "h200_sxm", "prefill"), use=use)
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_serve_uses_the_estimate_or_the_bound(batching: str) -> None:
-    from infest.compiler.serve import Request, serve
+    from infest.compiler.analyses.serve import Request, serve
     request = Request(2048, 65, 8, batching, 512)
     bound = serve(_serve_engine("bound"), request, {})
     estimate = serve(_serve_engine("estimate"), request, {})
@@ -144,7 +144,7 @@ def test_serve_uses_the_estimate_or_the_bound(batching: str) -> None:
 
 def test_cli_use_flag(capsys) -> None:
     import json
-    from infest.exports.cli import main
+    from infest.exports.cli.main import main
     args = ["serve", "llama3_1_8b", "--hw", "h200_sxm", "--isl", "128", "--osl", "9",
             "--concurrency", "4", "--json"]
     assert main(args + ["--use", "bound"]) == 0

@@ -17,7 +17,7 @@ import sympy
 from openpyxl.workbook.defined_name import DefinedName
 from sympy import Rational as R
 
-from infest.exports.excel_printer import (
+from infest.exports.workbook.excel_printer import (
     MAX_FORMULA_CHARS,
     MAX_NESTING,
     ExcelPrintError,
@@ -25,7 +25,7 @@ from infest.exports.excel_printer import (
     excel_formula_split,
     nesting_depth,
 )
-from infest.exports.libreoffice import LibreOfficeError, recalculate, to_pdf
+from libreoffice import LibreOfficeError, recalculate, to_pdf
 from random_exprs import (INPUTS, MAX_INPUTS, MAX_SYMS, _draw_expressions, _exact,
                           _well_conditioned)
 

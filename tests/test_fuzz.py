@@ -14,7 +14,7 @@ from typing import Iterator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_import import import_hf
+from infest.compiler.hf.families import import_hf
 from infest.dsl.errors import SpecError
 
 LLAMA = (Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch").read_text()
@@ -139,7 +139,7 @@ def test_big_literals(tmp_path: Path, literal: str, where: str) -> None:
     if where != "set":
         compiles_or_reports(path)
         return
-    from infest.exports.common import parse_sets
+    from infest.exports.cli.common import parse_sets
     with bounded():
         try:
             parse_sets([f"B={literal}"])

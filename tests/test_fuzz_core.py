@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from infest.compiler import elaborate
+from infest.compiler.core import elaborate
 from infest.compiler.api import Analysis, analyze, load_model
 from infest.dsl.errors import SpecError
 from limits import time_limit

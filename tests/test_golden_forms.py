@@ -10,8 +10,8 @@ import sympy
 from sympy.parsing.sympy_parser import parse_expr
 
 from infest.compiler.api import analyze
-from infest.compiler.symbols import sym
-from infest.exports.cmd_compile import substituted_forms
+from infest.compiler.core.symbols import sym
+from infest.exports.cli.cmd_compile import substituted_forms
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden"

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infest.compiler import sweep as sweep_module
+from infest.compiler.analyses import sweep as sweep_module
 from infest.compiler.api import analyze, load_model
-from infest.compiler.capacity import X, capacity, crossings
-from infest.compiler.constraints import Constraint, check_constraints
-from infest.compiler.sweep import sweep
-from infest.compiler.symbols import sym
+from infest.compiler.analyses.capacity import X, capacity, crossings
+from infest.compiler.core.constraints import Constraint, check_constraints
+from infest.compiler.analyses.sweep import sweep
+from infest.compiler.core.symbols import sym
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 from limits import time_limit
 
 ROOT = Path(__file__).parents[1]
@@ -189,7 +189,7 @@ def test_set_top_k_above_experts_is_refused_everywhere(tmp_path):
         with pytest.raises(SpecError, match=r"top_k <= experts does not hold \(200 > 128\) "
                                             r"at experts=128, top_k=200"):
             run()
-    from infest.exports.xlsx import write_workbook
+    from infest.exports.workbook.xlsx import write_workbook
     with pytest.raises(SpecError, match="top_k <= experts"):
         write_workbook(qwen, tmp_path / "q.xlsx", {"top_k": 200})
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_config import MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS
-from infest.compiler.hf_import import MAX_LAYERS, import_hf
-from infest.compiler.loader import MAX_IMPORT_DEPTH, MAX_SPEC_BYTES, load_program
-from infest.compiler.sweep import parse_list
+from infest.compiler.hf.config import MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS
+from infest.compiler.hf.families import MAX_LAYERS, import_hf
+from infest.compiler.load.loader import MAX_IMPORT_DEPTH, MAX_SPEC_BYTES, load_program
+from infest.compiler.analyses.sweep import parse_list
 from infest.dsl.errors import SpecError, printable
 from infest.dsl.parser import MAX_BLOCK_DEPTH, MAX_EXPR_DEPTH, _lark, parse
 from infest.dsl.units import MAX_LITERAL_DIGITS, MAX_LITERAL_EXPONENT, parse_number
-from infest.exports.common import parse_sets
+from infest.exports.cli.common import parse_sets
 
 ROOT = Path(__file__).parents[1]
 HW = """hardware hw { mem_capacity = 1 GB; mem_bw = 1 TB/s; launch_overhead = 2 us

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hardware import compile_hardware
-from infest.compiler.loader import load_program, shipped
+from infest.compiler.load.hardware import compile_hardware
+from infest.compiler.load.loader import load_program, shipped
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 CATALOGUE = ("a100_sxm_40gb", "a100_sxm_80gb", "h100_sxm", "h100_pcie", "h100_nvl", "h20",

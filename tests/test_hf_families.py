@@ -9,8 +9,8 @@ import pytest
 import sympy
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_import import import_hf, read_arch
-from infest.compiler.hf_render import render
+from infest.compiler.hf.families import import_hf, read_arch
+from infest.compiler.hf.render import render
 from infest.dsl.errors import SpecError
 
 HF = Path(__file__).parent / "fixtures" / "hf"

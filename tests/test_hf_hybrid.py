@@ -1,4 +1,4 @@
-"""`infest import-hf` for the hybrid families (compiler/hf_hybrid.py): Qwen3-Next (Gated
+"""`infest import-hf` for the hybrid families (compiler/hf/hybrid.py): Qwen3-Next (Gated
 DeltaNet + gated attention, MoE) and Nemotron-H (Mamba-2 / attention / MLP blocks), each
 checked against its publisher's totals with the real config as the fixture, the recurrent
 state checked by hand, and the fields import-hf does not model refused by name.
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_hybrid import compress, read_hybrid, render_hybrid
-from infest.compiler.hf_import import import_hf, read_arch
+from infest.compiler.hf.hybrid import compress, read_hybrid, render_hybrid
+from infest.compiler.hf.families import import_hf, read_arch
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 HF = Path(__file__).parent / "fixtures" / "hf"
 QWEN3_NEXT = "Qwen--Qwen3-Next-80B-A3B-Instruct"

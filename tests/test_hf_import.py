@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_import import import_hf, read_arch
-from infest.compiler.hf_render import render
+from infest.compiler.hf.families import import_hf, read_arch
+from infest.compiler.hf.render import render
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 HF = Path(__file__).parent / "fixtures" / "hf"
 MODELS = Path(__file__).parents[1] / "specs" / "models"

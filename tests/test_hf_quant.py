@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf_import import import_hf, read_arch
-from infest.compiler.hf_render import render
-from infest.compiler.hf_quant import bits_text, group_bits
+from infest.compiler.hf.families import import_hf, read_arch
+from infest.compiler.hf.render import render
+from infest.compiler.hf.quant import bits_text, group_bits
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 HF = Path(__file__).parent / "fixtures" / "hf"
 LLAMA = "meta-llama--Meta-Llama-3.1-8B"

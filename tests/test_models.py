@@ -14,7 +14,7 @@ import pytest
 import sympy
 
 from infest.compiler.api import analyze
-from infest.compiler.loader import shipped
+from infest.compiler.load.loader import shipped
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 

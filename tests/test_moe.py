@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 SPEC = Path(__file__).parents[1] / "specs" / "models" / "qwen3_30b_a3b.arch"
 D, LAYERS, Q, KV, HD, E, K, FFN, VOCAB = 2048, 48, 4096, 512, 128, 128, 8, 768, 151936

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infest.compiler import nsys
-from infest.compiler.nsys import Pattern, default_patterns, match, read_kern_sum, read_mapping
+from infest.compiler.analyses import nsys
+from infest.compiler.analyses.nsys import Pattern, default_patterns, match, read_kern_sum, read_mapping
 from infest.dsl.errors import SpecError
 
 FIX = Path(__file__).parent / "fixtures" / "nsys"

@@ -1,4 +1,4 @@
-"""Expert offload (compiler/offload.py): hand-derived host-link traffic and memory.
+"""Expert offload (compiler/passes/offload.py): hand-derived host-link traffic and memory.
 
 Qwen3-30B-A3B (specs/models/qwen3_30b_a3b.arch, bf16): 48 layers, 128 routed experts,
 top_k 8, hidden 2048, expert_ffn 768. One expert = gate + up + down = 3 x 2048 x 768
@@ -79,7 +79,7 @@ def test_dense_models_and_hardware_without_a_host_link_have_no_offload(tmp_path)
 
 
 def test_continuous_serving_counts_the_host_term(capsys):
-    from infest.exports.cli import main
+    from infest.exports.cli.main import main
     args = ["serve", str(QWEN), "--hw", "h100_sxm", "--isl", "512", "--osl", "64",
             "--concurrency", "4", "--batching", "continuous", "--chunk", "256"]
     assert main(args) == 0

@@ -262,5 +262,5 @@ def test_hybrid_fixture_memory(tmp_path: Path) -> None:
     ("deep_gemm::fp8_paged_mqa_logits", "indexer"),  # not the gemm it also names
 ])
 def test_nsys_names_the_new_kinds(kernel: str, target: str) -> None:
-    from infest.compiler.nsys import default_patterns, match
+    from infest.compiler.analyses.nsys import default_patterns, match
     assert match(kernel, default_patterns()) == target

@@ -12,7 +12,7 @@ import pytest
 
 from infest.compiler.api import analyze
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 LLAMA8, LLAMA70 = MODELS / "llama3_1_8b.arch", MODELS / "llama3_1_70b.arch"
@@ -151,7 +151,7 @@ def test_a_1t_dense_model_needs_21_gh200s_and_reads_its_weights_in_24_ms(tmp_pat
     params = 270 * 2 * 21504 * 86016           # 998,831,554,560 ~ 1T
     assert a.evaluate({})["params"]["total"] == params + 21 * 21504
     # 2 bytes each: 1.998 TB / 96 GB = 20.8 -> 21 GPUs just to hold the weights.
-    from infest.compiler.capacity import capacity
+    from infest.compiler.analyses.capacity import capacity
     assert capacity(a, {})["gpus_to_hold_weights"] == 21 == math.ceil(2 * params / 96e9)
     # Each of 21 GPUs reads its 1/21 of the weights per token at 4.0 TB/s: ~23.8 ms.
     floor = a.evaluate({"tp": 21})["step"]["weights_floor_s"]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.plan import Demand, carried, plan
-from infest.compiler.serve import Engine, Request, serve
+from infest.compiler.analyses.plan import Demand, carried, plan
+from infest.compiler.analyses.serve import Engine, Request, serve
 from infest.dsl.errors import SpecError
 
 LLAMA8 = Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch"
@@ -75,7 +75,7 @@ def test_plan_rejects_two_demands_and_a_searched_set() -> None:
 
 
 def test_disaggregation_arithmetic_by_hand() -> None:
-    from infest.compiler.disagg import arrival_rate, pool_replicas
+    from infest.compiler.analyses.disagg import arrival_rate, pool_replicas
     # 1000 users, prefill 0.2 s, TPOT 50 ms, OSL 65: E2E = 0.2 + 64 x 0.05 = 3.4 s, so
     # prompts arrive at 1000 / 3.4 = 294.1/s; a request rate is taken as given.
     assert arrival_rate(Demand(128, 65, users=1000), 0.2, 0.05) == pytest.approx(1000 / 3.4)
@@ -86,7 +86,7 @@ def test_disaggregation_arithmetic_by_hand() -> None:
 
 
 def test_disaggregated_pools_match_their_steps() -> None:
-    from infest.compiler.disagg import disaggregate
+    from infest.compiler.analyses.disagg import disaggregate
     engine = _engine()
     d = Demand(2048, 64, users=64, tpot_max=0.02, ttft_max=0.3, gpus_max=8)
     r = disaggregate({"full": engine}, d, {})
@@ -113,7 +113,7 @@ def test_disaggregated_pools_match_their_steps() -> None:
 
 
 def test_disaggregation_names_the_ttft_limit_it_cannot_meet() -> None:
-    from infest.compiler.disagg import disaggregate
+    from infest.compiler.analyses.disagg import disaggregate
     # A 2048-token prompt is ~2 x 8e9 x 2048 = 3.3e13 FLOPs: at 8 x 989 TFLOP/s at least
     # 4 ms, so 1 us is out of reach.
     with pytest.raises(SpecError, match=r"no layout meets --ttft-max 1 us: the best is"):

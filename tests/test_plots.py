@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.exports.cli import main
-from infest.exports.plots import PLOT_KINDS, write_plot
+from infest.exports.cli.main import main
+from infest.exports.plots.plots import PLOT_KINDS, write_plot
 
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
@@ -48,7 +48,7 @@ def _panel(fig, title_start: str):
 
 
 def test_time_and_throughput_panels_show_every_batch_asked_for(llama) -> None:
-    from infest.exports.plots import build_figure
+    from infest.exports.plots.plots import build_figure
     fig = build_figure(llama, {}, BS, NS, "time")
     for title in ("Step time vs N", "Throughput vs N"):
         ax = _panel(fig, title)
@@ -60,14 +60,14 @@ def test_time_and_throughput_panels_show_every_batch_asked_for(llama) -> None:
 
 
 def test_throughput_tradeoff_draws_every_context(llama) -> None:
-    from infest.exports.plots import build_figure
+    from infest.exports.plots.plots import build_figure
     fig = build_figure(llama, {}, BS, NS, "throughput")
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == [f"N={n}" for n in NS]
 
 
 def test_roofline_names_only_the_ops_that_carry_the_step(llama) -> None:
-    from infest.exports.plots import LABELS, build_figure
+    from infest.exports.plots.plots import LABELS, build_figure
     fig = build_figure(llama, {}, BS, NS, "roofline")
     labels = [t.get_text() for t in fig.axes[0].texts]
     # Llama 3.1 8B decode at B=1: the MLP's g, u, d (3 x 117 MB of weights per layer) and

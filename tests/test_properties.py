@@ -11,8 +11,8 @@ import sympy
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from infest.compiler.api import analyze
-from infest.compiler.ops import L
-from infest.compiler.symbols import sym
+from infest.compiler.core.ops import L
+from infest.compiler.core.symbols import sym
 
 HW = Path(__file__).parents[1] / "specs" / "hardware" / "h100_sxm.arch"
 

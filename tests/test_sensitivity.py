@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.sensitivity import elasticities
-from infest.exports.cli import main
+from infest.compiler.analyses.sensitivity import elasticities
+from infest.exports.cli.main import main
 
 TOY = """\
 hardware toy "toy" {

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.serve import Engine, Request, serve
+from infest.compiler.analyses.serve import Engine, Request, serve
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 LLAMA8 = Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch"
 
@@ -107,7 +107,7 @@ LLAMA70 = LLAMA8.with_name("llama3_1_70b.arch")
 
 
 def test_speculative_tokens_per_round_and_breakeven_by_hand() -> None:
-    from infest.compiler.speculative import breakeven, tokens_per_round
+    from infest.compiler.analyses.speculative import breakeven, tokens_per_round
     # K = 4, A = 0.8: (1 - 0.8^5) / (1 - 0.8) = (1 - 0.32768) / 0.2 = 3.3616.
     assert tokens_per_round(4, 0.8) == pytest.approx(3.3616, rel=1e-12)
     assert tokens_per_round(4, 0.0) == 1  # every draft rejected: the target's own token
@@ -118,7 +118,7 @@ def test_speculative_tokens_per_round_and_breakeven_by_hand() -> None:
 
 
 def test_speculative_serve_worked_by_hand() -> None:
-    from infest.compiler.speculative import Draft, tokens_per_round
+    from infest.compiler.analyses.speculative import Draft, tokens_per_round
     target = Engine(*(analyze(LLAMA70, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
     small = Engine(*(analyze(LLAMA8, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
     r = serve(target, Request(2048, 9, 8), {"tp": 4}, Draft(small, 4, 0.8))

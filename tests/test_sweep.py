@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.sweep import parse_list, resolve_metric, sweep
+from infest.compiler.analyses.sweep import parse_list, resolve_metric, sweep
 from infest.dsl.errors import SpecError
-from infest.exports.cli import main
+from infest.exports.cli.main import main
 
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")

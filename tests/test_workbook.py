@@ -9,7 +9,7 @@ import openpyxl
 import pytest
 
 from infest.compiler.api import analyze
-from infest.exports.xlsx import check_excel_name, write_workbook
+from infest.exports.workbook.xlsx import check_excel_name, write_workbook
 from workbooks import edit_and_recalculate, named_cell
 
 ROOT = Path(__file__).parents[1]
@@ -280,7 +280,7 @@ def test_no_empty_sheets_and_a_how_to_first(tmp_path: Path) -> None:
 
 def test_compile_with_set_batch_writes_that_batch(tmp_path: Path) -> None:
     # --set B=8 is the Inputs' B; the charts' axis ranges come from the grid's own B and N.
-    from infest.exports.cli import main
+    from infest.exports.cli.main import main
     path = tmp_path / "llama.xlsx"
     assert main(["compile", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
                  "--xlsx", str(path), "--set", "B=8", "--set", "mem_bw=2.5e12"]) == 0
@@ -292,7 +292,7 @@ def test_compile_with_set_batch_writes_that_batch(tmp_path: Path) -> None:
 def test_compile_writes_a_plan_sheet_in_either_phase(tmp_path: Path, phase: str) -> None:
     """`compile --xlsx` derives the other phase's forms too: the Plan sheet needs the
     prefill form (TTFT) and the decode form (TPOT) whichever phase the workbook shows."""
-    from infest.exports.cli import main
+    from infest.exports.cli.main import main
     path = tmp_path / "b.xlsx"
     assert main(["compile", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
                  "--phase", phase, "--xlsx", str(path), "--set", "tp=2"]) == 0

@@ -9,10 +9,10 @@ import openpyxl
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.plan import Demand, plan
-from infest.compiler.serve import METRIC_KEYS, Engine, Request, serve
-from infest.exports.xlsx import write_workbook
-from infest.exports.xlsx_plan import Serving
+from infest.compiler.analyses.plan import Demand, plan
+from infest.compiler.analyses.serve import METRIC_KEYS, Engine, Request, serve
+from infest.exports.workbook.xlsx import write_workbook
+from infest.exports.workbook.xlsx_plan import Serving
 from workbooks import edit_and_recalculate, named_cell
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"

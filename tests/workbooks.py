@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import openpyxl
 
-from infest.exports.libreoffice import recalculate
+from libreoffice import recalculate
 
 
 def named_cell(wb: openpyxl.Workbook, name: str):

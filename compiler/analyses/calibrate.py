@@ -1,0 +1,248 @@
+"""Calibration: fit the efficiencies (eff_mem, eff_flops, eff_link) to measured step times.
+
+MEASUREMENTS.csv has a header row and one row per measurement:
+
+    spec       a shipped model name (llama3_1_8b) or a .arch path (relative to the CSV)
+    hardware   the hardware it was measured on (only rows of the --hw hardware are fitted)
+    tp, ep, pp, dp   the layout (empty: 1)
+    policy     a sharding policy the spec declares (empty: its default)
+    engine     eager or graphs (empty: eager)
+    phase      decode or prefill (empty: decode)
+    B, N, T    global batch, cached context (prefill: prompt length), new tokens per
+               sequence (empty: 1; empty in prefill, where T is the prompt)
+    step_s     the measured time of one step, in seconds
+
+Other columns (source, notes) are kept for people and not read. The estimate of a row is
+the sum over ops of count x max over time terms of term / its efficiency
+(compiler/core/terms.py `derated`, the form compiler/forms/model.py compiles), so once each row's
+per-op terms are evaluated (one call of the generated code per row) the estimate at any
+efficiencies is a few numpy operations. The fit minimises the sum over rows of
+(ln estimate - ln measured)^2 with each efficiency in [EFF_MIN, 1]: a coordinate search
+on a log grid whose window halves every round. An efficiency no row's estimate depends
+on (eff_link without collectives) keeps its starting value and is reported as unfitted.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from infest.compiler.load.hardware import CompiledHardware, efficiencies
+from infest.compiler.core.terms import TIME_TERMS, derated
+from infest.dsl.errors import Span, fail
+
+MAX_CSV_BYTES = 1 << 20      # a measurements file; thousands of rows fit in far less
+MAX_ROWS = 2000              # measurements per file (each row is one evaluation)
+EFF_MIN = 0.02               # the lowest efficiency the search tries (50x below datasheet)
+GRID = 41                    # candidates per coefficient per round
+ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
+FITTED = tuple(t.eff for t in TIME_TERMS if t.eff)
+REQUIRED = ("spec", "hardware", "B", "N", "step_s")
+LAYOUT = ("tp", "ep", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement as written: where it is, what ran, how long a step took."""
+
+    span: Span
+    spec: str
+    hardware: str
+    phase: str
+    policy: str | None
+    engine: str | None
+    point: dict[str, int]        # B, N, T (decode), tp, ep, pp, dp
+    step_s: float
+    text: dict[str, str] = field(default_factory=dict)   # every column as written
+
+
+@dataclass
+class Prepared:
+    """A row evaluated once: per-op counts and time terms, and its bound (roofline)."""
+
+    row: Row
+    count: np.ndarray
+    terms: dict[str, np.ndarray]
+    bound_s: float
+
+    def estimate(self, effs: Mapping[str, Any]) -> Any:
+        """Step estimate at these efficiencies (scalars or arrays that broadcast)."""
+        shape = np.broadcast_shapes(*(np.shape(v) for v in effs.values()))
+        columns = {k: np.broadcast_to(v, shape)[..., None] for k, v in effs.items()}
+        worst = np.maximum.reduce(np.broadcast_arrays(*derated(self.terms, columns)))
+        return np.sum(self.count * worst, axis=-1)
+
+
+def read_measurements(path: Path) -> list[Row]:
+    """Every row of a measurements CSV, checked (a SpecError names the line)."""
+    from infest.compiler.load.loader import read_text
+    text = read_text(path, limit=MAX_CSV_BYTES)
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise fail(Span(str(path), 1, 1, 1, 2), f"measurements lack the column(s) {', '.join(missing)}",
+                   f"the header needs at least: {', '.join(REQUIRED)}")
+    rows = []
+    for record in reader:
+        if len(rows) >= MAX_ROWS:
+            raise fail(Span(str(path), reader.line_num, 1, reader.line_num, 2),
+                       f"more than {MAX_ROWS} measurements (MAX_ROWS)", "split the file")
+        rows.append(_row(record, Span(str(path), reader.line_num, 1, reader.line_num, 2)))
+    if not rows:
+        raise fail(Span(str(path), 1, 1, 1, 2), "no measurements", "add one row per measured step")
+    return rows
+
+
+def _row(record: Mapping[str, str | None], span: Span) -> Row:
+    text = {k: (v or "").strip() for k, v in record.items() if k is not None}
+    phase = text.get("phase") or "decode"
+    if phase not in ("decode", "prefill"):
+        raise fail(span, f"phase {phase!r}: use decode or prefill")
+    point = {k: _whole(text, k, span, 1) for k in LAYOUT}
+    point.update(B=_whole(text, "B", span, None), N=_whole(text, "N", span, None))
+    if phase == "decode":
+        point["T"] = _whole(text, "T", span, 1)
+    elif text.get("T"):
+        raise fail(span, "T is empty in prefill", "prefill processes T = N prompt tokens")
+    step = _number(text, "step_s", span)
+    for name in ("spec", "hardware"):
+        if not text.get(name):
+            raise fail(span, f"the row has no {name}")
+    return Row(span, text["spec"], text["hardware"], phase, text.get("policy") or None,
+               text.get("engine") or None, point, step, text)
+
+
+def _whole(text: Mapping[str, str], key: str, span: Span, default: int | None) -> int:
+    raw = text.get(key, "")
+    if not raw and default is not None:
+        return default
+    if not raw.isdigit() or int(raw) < 1 or int(raw) > 2**40:
+        raise fail(span, f"{key} {raw!r}: expected a whole number from 1 to 2^40")
+    return int(raw)
+
+
+def _number(text: Mapping[str, str], key: str, span: Span) -> float:
+    try:
+        value = float(text.get(key, ""))
+    except ValueError:
+        raise fail(span, f"{key} {text.get(key)!r}: expected seconds, e.g. 0.0123") from None
+    if not (math.isfinite(value) and value > 0):
+        raise fail(span, f"{key} {value!r}: a step time is a positive number of seconds")
+    return value
+
+
+def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
+    """Evaluate each row once on hardware `hw` (a name or path); `base`: the CSV's folder."""
+    from infest.compiler.api import analyze
+    cache: dict[tuple, Any] = {}
+    out = []
+    for row in rows:
+        spec = base / row.spec if (base / row.spec).exists() else Path(row.spec)
+        key = (str(spec), row.phase, row.policy, row.engine)
+        if key not in cache:
+            cache[key] = analyze(spec, hw=hw, phase=row.phase, policy=row.policy, engine=row.engine)
+        out.append(_prepared(row, cache[key].runner))
+    return out
+
+
+def _prepared(row: Row, runner) -> Prepared:
+    from infest.compiler.backend.finite import check_finite
+    from infest.dsl.errors import SpecError
+    try:
+        inputs = runner.inputs(row.point)
+        point = {i.name: float(i.value) for i in inputs}
+        values = runner(point)
+        check_finite(runner, values, point)
+    except SpecError as exc:
+        raise fail(row.span, f"this measurement cannot be evaluated: {exc.diagnostics[0].message}",
+                   exc.diagnostics[0].hint) from None
+    n = len(runner.ops)
+    ops = [{k: float(values[f"ops.{i}.{k}"]) for k in ("count",) + tuple(t.key for t in TIME_TERMS)}
+           for i in range(n)]
+    terms = {t.key: np.array([o[t.key] for o in ops]) for t in TIME_TERMS}
+    return Prepared(row, np.array([o["count"] for o in ops]), terms, float(values["step.roofline_s"]))
+
+
+def loss(rows: list[Prepared], effs: Mapping[str, Any]) -> Any:
+    """Sum over rows of (ln estimate - ln measured)^2 (vectorised over array effs)."""
+    return sum((np.log(p.estimate(effs)) - math.log(p.row.step_s)) ** 2 for p in rows)
+
+
+def fit(rows: list[Prepared], start: Mapping[str, float]) -> dict[str, float]:
+    """The efficiencies minimising `loss`, each in [EFF_MIN, 1], from `start`."""
+    effs = {k: float(start[k]) for k in FITTED}
+    width = -math.log(EFF_MIN)
+    for _ in range(ROUNDS):
+        for name in FITTED:
+            centre = math.log(effs[name])
+            grid = np.exp(np.linspace(max(math.log(EFF_MIN), centre - width),
+                                      min(0.0, centre + width), GRID))
+            values = loss(rows, {**effs, name: grid})
+            best = int(np.argmin(values))
+            if values[best] < float(loss(rows, effs)) * (1 - 1e-12):
+                effs[name] = float(grid[best])
+        width /= 2
+    return effs
+
+
+def constrained(rows: list[Prepared], effs: Mapping[str, float]) -> dict[str, bool]:
+    """Whether the loss moves at all when each efficiency sweeps [EFF_MIN, 1]."""
+    grid = np.exp(np.linspace(math.log(EFF_MIN), 0.0, GRID))
+    out = {}
+    for name in FITTED:
+        values = np.broadcast_to(loss(rows, {**effs, name: grid}), grid.shape)
+        out[name] = bool(np.ptp(values) > 1e-12 * max(1.0, float(np.max(values))))
+    return out
+
+
+def start_values(hw: CompiledHardware) -> dict[str, float]:
+    """The hardware's efficiencies as evaluation uses them (compiler/load/hardware.py)."""
+    effs = efficiencies(hw.fields)
+    return {k: float(effs[k]) for k in FITTED}
+
+
+def errors(rows: list[Prepared], effs: Mapping[str, float]) -> list[float]:
+    """Relative error of each row's estimate: estimate / measured - 1."""
+    return [float(p.estimate(effs)) / p.row.step_s - 1 for p in rows]
+
+
+def leave_one_out(rows: list[Prepared], start: Mapping[str, float]) -> list[float]:
+    """Each row's error under a fit to all the other rows (none with a single row)."""
+    if len(rows) < 2:
+        return []
+    out = []
+    for i, held in enumerate(rows):
+        effs = fit(rows[:i] + rows[i + 1:], start)
+        out.append(float(held.estimate(effs)) / held.row.step_s - 1)
+    return out
+
+
+def summary(errs: list[float]) -> dict[str, float | None]:
+    """Median and worst of |error| (None for no rows)."""
+    size = [abs(e) for e in errs]
+    return {"median": float(np.median(size)) if size else None, "worst": max(size, default=None)}
+
+
+def calibrated_text(hw: CompiledHardware, effs: Mapping[str, float], note: str) -> str:
+    """The hardware file's text with the fitted efficiencies: fields it has are rewritten
+    in place, others added before the block's closing brace with `note` as a comment."""
+    from infest.compiler.load.loader import read_text
+    lines = read_text(Path(hw.file)).split("\n")
+    for name, value in effs.items():
+        if name in hw.fields:
+            s = hw.fields[name].span
+            line = lines[s.line - 1]
+            lines[s.line - 1] = line[:s.col - 1] + f"{name} = {value:.4g}" + line[s.end_col - 1:]
+    added = {k: v for k, v in effs.items() if k not in hw.fields}
+    if added:
+        end = hw.span.line - 1 + next(i for i, l in enumerate(lines[hw.span.line - 1:])
+                                      if "}" in l.split("#")[0])
+        fields = ";  ".join(f"{k} = {v:.4g}" for k, v in added.items())
+        lines.insert(end, f"  {fields}   # {note}")
+    return "\n".join(lines)
+

@@ -1,0 +1,71 @@
+"""Assemble evaluated values into the `eval --json` contract (base units throughout)."""
+from __future__ import annotations
+
+import math
+from typing import Any, TYPE_CHECKING
+
+from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
+from infest.compiler.backend.runner import Input, op_bound, step_bound
+
+if TYPE_CHECKING:
+    from infest.compiler.backend.runner import Runner
+
+_INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active",
+             "collectives", *PARALLEL_KEYS}
+
+
+def _number(key: str, value: Any) -> Any:
+    """A JSON-ready scalar: bool for fits, int for counts, float otherwise (None if inf)."""
+    v = value.item() if hasattr(value, "item") else value
+    if isinstance(v, (bool,)) or key == "fits":
+        return bool(v)
+    v = float(v)
+    if not math.isfinite(v):
+        return None
+    if key in _INT_KEYS and v.is_integer():
+        return int(v)
+    return v
+
+
+def result_json(runner: "Runner", inputs: list[Input], values: dict[str, Any]) -> dict:
+    """The contract object: model, hardware, phase, inputs, params, memory, step, ops."""
+    step = {k: _number(k, values[f"step.{k}"]) for k in STEP_KEYS}
+    step["bound"] = str(step_bound(values))
+    return {
+        "model": runner.model,
+        "hardware": runner.hardware,
+        "phase": runner.phase,
+        "engine": runner.engine,
+        "inputs": {i.name: _input_value(i) for i in inputs},
+        "params": {"total": _number("total", values["params.total"]),
+                   "active": _number("active", values["params.active"]),
+                   "groups": {g: _number("total", values[f"groups.{g}"]) for g in runner.groups}},
+        "parallel": {**{k: _number(k, values[f"parallel.{k}"]) for k in PARALLEL_KEYS},
+                     "policy": runner.policy},
+        "memory": {k: _number(k, values[f"memory.{k}"]) for k in MEMORY_KEYS},
+        "step": step,
+        "ops": [_op_json(runner, i, values) for i in range(len(runner.ops))
+                if _runs(runner, i, values)],
+    }
+
+
+def _runs(runner: "Runner", i: int, values: dict[str, Any]) -> bool:
+    """Collectives that this layout does not need (count 0, e.g. tp = 1) are left out."""
+    return not runner.ops[i].collective or float(values[f"ops.{i}.count"]) > 0
+
+
+def _input_value(i: Input) -> int | float:
+    return int(i.value) if i.value.denominator == 1 else float(i.value)
+
+
+def _op_json(runner: "Runner", i: int, values: dict[str, Any]) -> dict:
+    op = runner.ops[i]
+    p = f"ops.{i}."
+    out = {"name": op.name, "kind": op.kind, "group": op.group,
+           "count": _number("count", values[p + "count"])}
+    for key in OP_KEYS[1:]:
+        out[key] = _number(key, values[p + key])
+    if op.collective:  # a collective's bytes: its payload per call, over links
+        out["bytes"] = out["comm_bytes"]
+    out["bound"] = op_bound(values, i)
+    return out

@@ -1,0 +1,36 @@
+"""One canonical sympy Symbol per name, so every stage builds the same expressions.
+
+B (batch), N (cached context tokens), T (new tokens per sequence) and the parallel
+degrees tp, ep, pp, dp are positive integers; model params and hardware quantities are
+positive reals.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import sympy
+
+from infest.compiler.core.keys import BUILTINS, PARALLEL
+
+PARALLEL_DOC = {
+    "tp": "tensor-parallel GPUs (heads, columns, rows, vocab split)",
+    "ep": "expert-parallel GPUs (routed experts spread)",
+    "pp": "pipeline stages (layers split in order)",
+    "dp": "data-parallel replicas (each serves B / dp sequences)",
+}
+BUILTIN_DOC = {
+    "B": "sequences in the batch",
+    "N": "context: tokens already in each sequence's KV cache",
+    "T": "new tokens per sequence in this step (decode: 1)",
+}
+
+
+@lru_cache(maxsize=None)
+def sym(name: str) -> sympy.Symbol:
+    """The Symbol for `name` (B, N, T are positive integers; the rest positive)."""
+    if name in BUILTINS or name in PARALLEL:
+        return sympy.Symbol(name, positive=True, integer=True)
+    return sympy.Symbol(name, positive=True)
+
+
+B, N, T = sym("B"), sym("N"), sym("T")

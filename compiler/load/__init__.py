@@ -1,0 +1,1 @@
+"""Files in: specs and their imports resolved and parsed, hardware blocks read into fields."""

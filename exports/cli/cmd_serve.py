@@ -1,0 +1,85 @@
+"""`infest serve`: TTFT, TPOT, E2E and throughput for a request shape and a concurrency."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from infest.exports.cli.common import add_spec_args, parse_sets
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--draft ..] [--json]."""
+    add_spec_args(p, hw_required=True, phase=False)
+    add_request_args(p)
+    add_use_arg(p)
+    p.add_argument("--concurrency", type=int, required=True, metavar="C",
+                   help="requests in flight (the global batch B)")
+    p.add_argument("--batching", choices=("static", "continuous"), default="static",
+                   help="static: prefill together, then decode together; continuous: "
+                        "chunked prefill rides on the decode steps")
+    p.add_argument("--chunk", type=int, metavar="TOKENS",
+                   help="prefill tokens per step with --batching continuous (default 2048)")
+    p.add_argument("--draft", metavar="SPEC", help="speculative decoding: the draft model's spec")
+    p.add_argument("--draft-len", type=int, default=4, metavar="K",
+                   help="tokens the draft proposes per round (default 4)")
+    p.add_argument("--acceptance", type=float, metavar="A",
+                   help="chance a drafted token is accepted, 0 <= A < 1 (required with --draft)")
+    p.add_argument("--json", action="store_true", help="the serve --json contract object")
+
+
+def add_use_arg(p: argparse.ArgumentParser) -> None:
+    """--use estimate|bound, shared with `plan`: which step time the metrics come from."""
+    p.add_argument("--use", choices=("estimate", "bound"), default="estimate",
+                   help="cost steps by the estimate (achievable ceilings, default) or the "
+                        "bound (roofline: datasheet peaks); the bound is shown beside either")
+
+
+def add_request_args(p: argparse.ArgumentParser) -> None:
+    """--isl and --osl (whole numbers of tokens), shared with `plan`."""
+    p.add_argument("--isl", type=int, required=True, metavar="TOKENS", help="prompt tokens")
+    p.add_argument("--osl", type=int, required=True, metavar="TOKENS", help="output tokens")
+
+
+def make_engine(args: argparse.Namespace, policy: str | None = None):
+    """The decode and prefill runners of the spec on the command line (from the private
+    cache when nothing changed)."""
+    from infest.compiler.backend.cache import cached_runner
+    from infest.compiler.analyses.serve import Engine
+    policy = policy if policy is not None else args.policy
+    return Engine(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model, policy=policy)
+                    for phase in ("decode", "prefill")), use=args.use)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluate the request shape and print text or JSON."""
+    from infest.compiler.analyses.serve import DEFAULT_CHUNK, Request, check_request, serve
+    from infest.exports.text.serve_text import serve_text
+    request = Request(args.isl, args.osl, args.concurrency, args.batching,
+                      DEFAULT_CHUNK if args.chunk is None else args.chunk)
+    check_request(request)
+    draft = _draft(args)
+    engine = make_engine(args)
+    result = serve(engine, request, parse_sets(args.set), draft)
+    result.update(use=args.use, model=engine.decode.model, hardware=engine.decode.hardware,
+                  policy=engine.decode.policy, isl=args.isl, osl=args.osl,
+                  concurrency=args.concurrency, batching=args.batching)
+    print(json.dumps(result, indent=2) if args.json else serve_text(result))
+    return 0
+
+
+def _draft(args: argparse.Namespace):
+    """The draft of --draft (checked first), or None without it."""
+    from infest.dsl.errors import fail
+    if args.draft is None:
+        if args.acceptance is not None:
+            raise fail(None, "--acceptance needs --draft SPEC")
+        return None
+    from infest.compiler.backend.cache import cached_runner
+    from infest.compiler.analyses.serve import Engine
+    from infest.compiler.analyses.speculative import Draft, check_draft
+    if args.acceptance is None:
+        raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
+    check_draft(args.draft_len, args.acceptance)
+    engine = Engine(*(cached_runner(args.draft, args.hw, phase=phase)
+                      for phase in ("decode", "prefill")), use=args.use)
+    return Draft(engine, args.draft_len, args.acceptance)

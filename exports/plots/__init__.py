@@ -1,0 +1,1 @@
+"""PNG plots: sweeps, capacity charts, the plan's Pareto front."""

@@ -1,0 +1,90 @@
+"""Text reports of `infest serve` and `infest plan`: which number is a bound, which an
+estimate, and the scheduling model each assumes."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from infest.dsl.human import duration
+
+_ROWS = (("TTFT", "ttft_s", duration), ("TPOT", "tpot_s", duration), ("E2E", "e2e_s", duration),
+         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.1f} tok/s"),
+         ("tokens/s per GPU", "tokens_per_s_per_gpu", lambda v: f"{v:,.1f} tok/s"),
+         ("tokens/s per user", "tokens_per_s_per_user", lambda v: f"{v:,.2f} tok/s"),
+         ("requests/s", "requests_per_s", lambda v: f"{v:,.3g} req/s"))
+_MODEL = {
+    "static": "static batching: C prompts prefill together (no queueing), then decode "
+              "together; TPOT is the mean decode step over contexts ISL..ISL+OSL-2",
+    "continuous": "continuous batching: C requests decode every step; each new prompt rides "
+                  "in chunks (one per step), TPOT includes the chunk-carrying steps",
+}
+NOTE = ("estimate = steps at achievable ceilings (datasheet x eff_mem, eff_flops, eff_link) "
+        "with the launch floor (kernels x launch_overhead: an assumption about the engine); "
+        "bound = roofline (datasheet peaks, perfect overlap): no engine "
+        "beats it under this scheduling model")
+
+
+def serve_text(r: Mapping[str, Any]) -> str:
+    """The serve report: one row per metric, estimate beside bound."""
+    head = (f"{r['model']} on {r['hardware']}, ISL={r['isl']} OSL={r['osl']} "
+            f"concurrency={r['concurrency']}, policy {r['policy']}, {r['gpus']} GPU(s)")
+    width = max(len(name) for name, _, _ in _ROWS)
+    used = r.get("use", "estimate")
+    lines = [head, _MODEL[r["batching"]], "", f"{'':{width}}  {used:>14}  {'bound':>14}"]
+    for name, key, fmt in _ROWS:
+        lines.append(f"{name:{width}}  {fmt(r[key]):>14}  {fmt(r['bound'][key]):>14}")
+    if r["batching"] == "continuous":
+        lines.append(f"prefill: {r['chunks']} chunk step(s) per prompt, "
+                     f"{r['chunk_steps']:g} of every {r['osl'] - 1} steps carry a chunk")
+    if "speculative" in r:
+        lines.append(_speculative_line(r["speculative"]))
+    lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
+              "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
+    return "\n".join(lines)
+
+
+def _speculative_line(s: Mapping[str, Any]) -> str:
+    even = s["breakeven_acceptance"]
+    pays = ("never pays at this draft length" if even is None else
+            f"pays above acceptance {even:.3f}")
+    return (f"speculative: K={s['draft_len']} A={s['acceptance']:g}: "
+            f"{s['tokens_per_round']:.3f} tokens per round of {duration(s['round_s'])} "
+            f"(K draft steps + a target step over K+1 tokens); plain TPOT "
+            f"{duration(s['plain_tpot_s'])}; {pays}")
+
+
+def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
+    """The best layout, the runners-up and the Pareto front, one line each."""
+    lines = [f"best (fewest GPUs meeting the limits and the demand; static batching, "
+             f"{r.get('use', 'estimate')}s):",
+             "  " + _plan_line(r["best"]), "runners-up:"]
+    lines += ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
+    lines += [f"Pareto front ({len(r['pareto'])} points, tokens/s per GPU vs per user):"]
+    lines += ["  " + _plan_line(c) for c in r["pareto"]]
+    return "\n".join(lines)
+
+
+def _plan_line(c: Mapping[str, Any]) -> str:
+    return (f"{c['gpus']:>5} GPUs  tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} "
+            f"{c['policy']:<12} {c['replicas']} x C={c['concurrency_per_replica']:<5} "
+            f"TTFT {duration(c['ttft_s'])}  TPOT {duration(c['tpot_s'])}  "
+            f"{c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  {c['tokens_per_s_per_user']:,.1f} tok/s/user")
+
+
+def disagg_text(r: Mapping[str, Any]) -> str:
+    """The prefill pool, the decode pool and the ratio of their GPUs."""
+    pre, dec = r["prefill"], r["decode"]
+    return "\n".join([
+        f"disaggregated: {r['gpus']} GPUs, prefill : decode = {pre['gpus']} : {dec['gpus']} "
+        f"({r['prefill_to_decode']:.3g}), prompts arrive at {r['arrival_rps']:,.3g}/s, "
+        f"E2E {duration(r['e2e_s'])}",
+        f"  prefill {pre['gpus']:>5} GPUs  {_layout_text(pre)} {pre['replicas']} x batch "
+        f"{pre['batch_per_replica']}  TTFT {duration(pre['ttft_s'])}  "
+        f"{pre['prompts_per_s_per_gpu']:,.3g} prompts/s/GPU",
+        f"  decode  {dec['gpus']:>5} GPUs  {_layout_text(dec)} {dec['replicas']} x C="
+        f"{dec['concurrency_per_replica']}  TPOT {duration(dec['tpot_s'])}  "
+        f"{dec['tokens_per_s_per_gpu']:,.1f} tok/s/GPU",
+        "static batches in each pool, estimates; the KV cache's move between pools is not modelled"])
+
+
+def _layout_text(c: Mapping[str, Any]) -> str:
+    return f"tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} {c['policy']}"

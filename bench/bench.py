@@ -119,10 +119,10 @@ def plan_rows(repeat: int) -> list[tuple[str, str]]:
     """(what, figure) rows for the DeepSeek-V3 plan: in-process search, whole process."""
     from infest.compiler.api import analyze
     from infest.compiler.analyses.plan import Demand, plan
-    from infest.compiler.analyses.serve import Engine
+    from infest.compiler.analyses.serve import Serving
     spec = ROOT / PLAN_SPEC
     policies = list(analyze(spec, hw=PLAN_HW).model.policies) or [None]
-    engines = {str(p): Engine(*(analyze(spec, hw=PLAN_HW, phase=ph, policy=p)
+    engines = {str(p): Serving(*(analyze(spec, hw=PLAN_HW, phase=ph, policy=p)
                                 for ph in ("decode", "prefill"))) for p in policies}
     demand = Demand(8192, 1024, users=1000, tpot_max=0.05)
     t_cold = best(lambda: plan(engines, demand, {}), 1)   # compiles the forms once

@@ -17,7 +17,7 @@ import openpyxl
 
 from infest.compiler.api import analyze
 from infest.exports.workbook.xlsx import write_workbook
-from infest.exports.workbook.xlsx_plan import Serving
+from infest.exports.workbook.xlsx_plan import Phases
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test helpers
 from libreoffice import to_pdf  # noqa: E402
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     hw = argv[1] if len(argv) > 1 else "h100_sxm"
     out = Path(argv[2] if len(argv) > 2 else "out/render")
     out.mkdir(parents=True, exist_ok=True)
-    serving = Serving(*(analyze(spec, hw=hw, phase=phase) for phase in ("decode", "prefill")))
+    serving = Phases(*(analyze(spec, hw=hw, phase=phase) for phase in ("decode", "prefill")))
     book = write_workbook(serving.decode, out / "book.xlsx", {}, serving)
     pdf = to_pdf(book, out / "pdf")
     sheets = [ws.title.lower().replace(" ", "-") for ws in openpyxl.load_workbook(book).worksheets]

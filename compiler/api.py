@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from infest.compiler.passes.collectives import LINK_FIELDS, NET_FIELDS, Links
-from infest.compiler.core.elaborate import CompiledModel, elaborate
+from infest.compiler.core.elaborate import elaborate
+from infest.compiler.core.graph import CompiledModel
 from infest.compiler.forms.evaluate import build_runner
 from infest.compiler.passes.engine import engine_hardware, resolve_engine
 from infest.compiler.load.hardware import CompiledHardware, compile_hardware

@@ -1,0 +1,1 @@
+"""What users see: the command line (cli), text (text), workbooks (workbook) and plots (plots)."""

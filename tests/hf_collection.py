@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from infest.compiler.api import load_model
-from infest.compiler.hf.families import identifier, import_hf, sibling_quant_config
+from infest.compiler.hf.families import identifier
+from infest.compiler.hf.importer import import_hf, sibling_quant_config
 from infest.compiler.forms.model import _params
 from infest.dsl.errors import SpecError
 

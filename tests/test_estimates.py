@@ -121,8 +121,8 @@ def test_every_public_measurement_is_slower_than_its_bound() -> None:
 
 
 def _serve_engine(use: str):
-    from infest.compiler.analyses.serve import Engine
-    return Engine(_analysis("llama3_1_8b.arch", "h200_sxm", "decode"),
+    from infest.compiler.analyses.serve import Serving
+    return Serving(_analysis("llama3_1_8b.arch", "h200_sxm", "decode"),
                   _analysis("llama3_1_8b.arch", "h200_sxm", "prefill"), use=use)
 
 

@@ -14,7 +14,7 @@ from typing import Iterator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from infest.compiler.api import analyze
-from infest.compiler.hf.families import import_hf
+from infest.compiler.hf.importer import import_hf
 from infest.dsl.errors import SpecError
 
 LLAMA = (Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch").read_text()

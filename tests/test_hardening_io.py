@@ -15,7 +15,8 @@ import pytest
 
 from infest.compiler.api import analyze
 from infest.compiler.hf.config import MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS
-from infest.compiler.hf.families import MAX_LAYERS, import_hf
+from infest.compiler.hf.families import MAX_LAYERS
+from infest.compiler.hf.importer import import_hf
 from infest.compiler.load.loader import MAX_IMPORT_DEPTH, MAX_SPEC_BYTES, load_program
 from infest.compiler.analyses.sweep import parse_list
 from infest.dsl.errors import SpecError, printable

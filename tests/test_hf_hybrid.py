@@ -12,7 +12,8 @@ import pytest
 
 from infest.compiler.api import analyze
 from infest.compiler.hf.hybrid import compress, read_hybrid, render_hybrid
-from infest.compiler.hf.families import import_hf, read_arch
+from infest.compiler.hf.families import read_arch
+from infest.compiler.hf.importer import import_hf
 from infest.dsl.errors import SpecError
 from infest.exports.cli.main import main
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf.families import import_hf, read_arch
+from infest.compiler.hf.families import read_arch
+from infest.compiler.hf.importer import import_hf
 from infest.compiler.hf.render import render
 from infest.dsl.errors import SpecError
 from infest.exports.cli.main import main

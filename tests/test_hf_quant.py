@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.hf.families import import_hf, read_arch
+from infest.compiler.hf.families import read_arch
+from infest.compiler.hf.importer import import_hf
 from infest.compiler.hf.render import render
 from infest.compiler.hf.quant import bits_text, group_bits
 from infest.dsl.errors import SpecError

@@ -9,14 +9,14 @@ import pytest
 
 from infest.compiler.api import analyze
 from infest.compiler.analyses.plan import Demand, carried, plan
-from infest.compiler.analyses.serve import Engine, Request, serve
+from infest.compiler.analyses.serve import Serving, Request, serve
 from infest.dsl.errors import SpecError
 
 LLAMA8 = Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch"
 
 
-def _engine(policy: str = "full") -> Engine:
-    return Engine(*(analyze(LLAMA8, hw="h200_sxm", phase=p, policy=policy)
+def _engine(policy: str = "full") -> Serving:
+    return Serving(*(analyze(LLAMA8, hw="h200_sxm", phase=p, policy=policy)
                     for p in ("decode", "prefill")))
 
 

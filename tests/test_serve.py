@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.analyses.serve import Engine, Request, serve
+from infest.compiler.analyses.serve import Serving, Request, serve
 from infest.dsl.errors import SpecError
 from infest.exports.cli.main import main
 
@@ -17,15 +17,15 @@ LLAMA8 = Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch"
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return Engine(analyze(LLAMA8, hw="h200_sxm"), analyze(LLAMA8, hw="h200_sxm", phase="prefill"))
+def engine() -> Serving:
+    return Serving(analyze(LLAMA8, hw="h200_sxm"), analyze(LLAMA8, hw="h200_sxm", phase="prefill"))
 
 
-def _step(engine: Engine, **point) -> float:
+def _step(engine: Serving, **point) -> float:
     return engine.decode.evaluate(point)["step"]["estimate_s"]
 
 
-def test_e2e_is_ttft_plus_osl_minus_one_tpot_exactly(engine: Engine) -> None:
+def test_e2e_is_ttft_plus_osl_minus_one_tpot_exactly(engine: Serving) -> None:
     for batching in ("static", "continuous"):
         r = serve(engine, Request(1000, 50, 4, batching, 256), {})
         for m in (r, r["bound"]):
@@ -46,7 +46,7 @@ def test_static_ttft_is_the_prefill_and_tpot_lies_between_first_and_last_step(en
     assert r["gpus"] == 1 and r["fits"]
 
 
-def test_chunked_prefill_worked_by_hand(engine: Engine) -> None:
+def test_chunked_prefill_worked_by_hand(engine: Serving) -> None:
     # ISL 1000, chunk 256: P = ceil(1000 / 256) = 4 chunks of 256, 256, 256, 232 tokens
     # against 0, 256, 512, 768 cached. C = 4 requests finish every OSL - 1 = 49 steps, so
     # 4 x 4 = 16 of every 49 steps carry a chunk; the other 33 are pure decode steps at
@@ -63,7 +63,7 @@ def test_chunked_prefill_worked_by_hand(engine: Engine) -> None:
     assert r["tpot_s"] == pytest.approx((16 * mixed_total / 4 + 33 * pure) / 49, rel=1e-12)
 
 
-def test_a_chunk_that_cannot_keep_up_says_what_would(engine: Engine) -> None:
+def test_a_chunk_that_cannot_keep_up_says_what_would(engine: Serving) -> None:
     # 64 requests finish every 99 steps; a prompt of 8192 in chunks of 512 needs 16 steps:
     # 64 x 16 > 99. At most floor(99 / 64) = 1 chunk step per prompt: chunk >= 8192.
     with pytest.raises(SpecError, match="at least 8192"):
@@ -119,8 +119,8 @@ def test_speculative_tokens_per_round_and_breakeven_by_hand() -> None:
 
 def test_speculative_serve_worked_by_hand() -> None:
     from infest.compiler.analyses.speculative import Draft, tokens_per_round
-    target = Engine(*(analyze(LLAMA70, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
-    small = Engine(*(analyze(LLAMA8, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
+    target = Serving(*(analyze(LLAMA70, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
+    small = Serving(*(analyze(LLAMA8, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
     r = serve(target, Request(2048, 9, 8), {"tp": 4}, Draft(small, 4, 0.8))
     # OSL 9: rounds at contexts N = 2048 .. 2055; a round = 4 draft steps (8B, T = 1) + one
     # 70B step over T = 5 tokens, both at B = 8 on the same tp = 4 GPUs.
@@ -170,7 +170,7 @@ def test_a_request_beyond_the_trained_context_is_refused(capsys, verb):
            "131,073 tokens; the model was trained for 131,072" in err
 
 
-def test_dp_that_does_not_divide_c_costs_the_busiest_rank(engine: Engine) -> None:
+def test_dp_that_does_not_divide_c_costs_the_busiest_rank(engine: Serving) -> None:
     """C = 5 over dp = 2: the busier rank holds ceil(5 / 2) = 3 sequences, so every step
     is the step of B = 3 x 2 = 6 (as `plan` evaluates it); the output counts 5 requests:
     tokens/s = 5 x OSL / E2E. (At the default B = 1, dp = 2 fails the model's own check

@@ -9,7 +9,8 @@ import openpyxl
 import pytest
 
 from infest.compiler.api import analyze
-from infest.exports.workbook.xlsx import check_excel_name, write_workbook
+from infest.exports.workbook.book import check_excel_name
+from infest.exports.workbook.xlsx import write_workbook
 from workbooks import edit_and_recalculate, named_cell
 
 ROOT = Path(__file__).parents[1]

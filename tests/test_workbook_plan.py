@@ -10,20 +10,20 @@ import pytest
 
 from infest.compiler.api import analyze
 from infest.compiler.analyses.plan import Demand, plan
-from infest.compiler.analyses.serve import METRIC_KEYS, Engine, Request, serve
+from infest.compiler.analyses.serve import METRIC_KEYS, Serving, Request, serve
 from infest.exports.workbook.xlsx import write_workbook
-from infest.exports.workbook.xlsx_plan import Serving
+from infest.exports.workbook.xlsx_plan import Phases
 from workbooks import edit_and_recalculate, named_cell
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 
 
-def _serving(spec: str, hw: str, policy: str | None = None) -> Serving:
-    return Serving(*(analyze(MODELS / spec, hw=hw, phase=p, policy=policy)
+def _serving(spec: str, hw: str, policy: str | None = None) -> Phases:
+    return Phases(*(analyze(MODELS / spec, hw=hw, phase=p, policy=policy)
                      for p in ("decode", "prefill")))
 
 
-def _recalculated(tmp_path: Path, serving: Serving, edits: dict, soffice: str):
+def _recalculated(tmp_path: Path, serving: Phases, edits: dict, soffice: str):
     """Write the workbook, type `edits` into plan_<key> cells, recalculate."""
     (tmp_path / "in").mkdir()
     src = write_workbook(serving.decode, tmp_path / "in" / "book.xlsx", {}, serving)
@@ -68,7 +68,7 @@ CASES = [
 def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: str,
                                  policy: str | None, edits: dict) -> None:
     serving = _serving(spec, hw, policy)
-    engine = Engine(serving.decode, serving.prefill)
+    engine = Serving(serving.decode, serving.prefill)
     wb = _recalculated(tmp_path, serving, edits, soffice)
     sheet = {k: _value(wb, k) for k in ("users", "concurrency", "isl", "osl", "tpot_max",
                                          "ttft_max", "tp", "ep", "pp", "dp")}
@@ -94,7 +94,7 @@ def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> No
     """`plan`'s best layout and concurrency, typed into the Plan sheet, give its GPUs,
     TTFT and TPOT."""
     serving = _serving("llama3_1_8b.arch", "h100_sxm", "full")
-    engine = Engine(serving.decode, serving.prefill)
+    engine = Serving(serving.decode, serving.prefill)
     demand = Demand(isl=2048, osl=128, users=300, tpot_max=0.03)
     best = plan({"full": engine}, demand, {})["best"]
     edits = {"users": 300, "isl": 2048, "osl": 128, "tpot_max": 30,

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from infest.compiler.backend.runner import Runner, step_bound
+from infest.compiler.backend.report import step_bound
+from infest.compiler.backend.runner import Runner
 from infest.compiler.core.terms import BOUND_TERMS
 
 if TYPE_CHECKING:

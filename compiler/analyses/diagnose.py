@@ -27,7 +27,7 @@ from infest.compiler.core.symbols import B, T, sym
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
-    from infest.compiler.core.elaborate import OpNode
+    from infest.compiler.core.graph import OpNode
     from infest.compiler.backend.runner import Input
 
 BANDWIDTH_BOUND_RATIO = 2.0    # measured within 2x of the bandwidth bound: bandwidth bound

@@ -22,7 +22,7 @@ from infest.compiler.analyses.plan import Demand, check_demand, describe, grids
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
-    from infest.compiler.analyses.serve import Engine
+    from infest.compiler.analyses.serve import Serving
 
 
 def arrival_rate(d: Demand, t_prefill: float, tpot: float) -> float:
@@ -37,7 +37,7 @@ def pool_replicas(load: float, per_replica: float) -> int:
     return max(1, math.ceil(load / per_replica))
 
 
-def disaggregate(engines: Mapping[str, "Engine"], d: Demand, overrides: Mapping[str, Any]
+def disaggregate(engines: Mapping[str, "Serving"], d: Demand, overrides: Mapping[str, Any]
                  ) -> dict[str, Any]:
     """The two pools, their GPUs and the prefill-to-decode GPU ratio."""
     check_demand(d, overrides)

@@ -29,7 +29,7 @@ from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
     from infest.compiler.backend.runner import Runner
-    from infest.compiler.analyses.serve import Engine
+    from infest.compiler.analyses.serve import Serving
 
 LAYOUT_GPUS = 64          # GPUs in one replica's layout when --gpus-max is not given
 MAX_PER_RANK = 1024       # sequences per data-parallel rank tried (powers of two)
@@ -60,7 +60,7 @@ def layouts(max_gpus: int, degrees: frozenset[str] = frozenset(PARALLEL)) -> np.
     return np.asarray(rows, dtype=float)
 
 
-def used_degrees(engine: "Engine") -> frozenset[str]:
+def used_degrees(engine: "Serving") -> frozenset[str]:
     """The parallel degrees some form depends on (beyond echoing the layout itself)."""
     used = {r.names[i] for r in (engine.decode, engine.prefill)
             for key, uses in zip(r.keys, r.uses) if not key.startswith("parallel.") for i in uses}
@@ -75,7 +75,7 @@ def carried(users: int | None, slots: np.ndarray) -> np.ndarray:
     return np.ceil(users / np.ceil(users / slots))
 
 
-def evaluate_grid(engine: "Engine", demand: Demand, overrides: Mapping[str, Any],
+def evaluate_grid(engine: "Serving", demand: Demand, overrides: Mapping[str, Any],
                   grid: np.ndarray) -> dict[str, np.ndarray]:
     """TTFT, TPOT (the engine's `use`: estimate or bound), B and C, layout gpus, ok (valid and the decode fits) and
     ok_prefill (valid and the prefill fits) for every layout row x B: shape (L, nb)."""
@@ -91,7 +91,7 @@ def _base(runner: "Runner", overrides: Mapping[str, Any]) -> dict[str, float]:
     return {i.name: float(i.value) for i in runner.inputs(overrides)}
 
 
-def _block(engine: "Engine", demand: Demand, base: list[dict[str, float]], rows: np.ndarray,
+def _block(engine: "Serving", demand: Demand, base: list[dict[str, float]], rows: np.ndarray,
            per_rank: np.ndarray) -> dict[str, np.ndarray]:
     layout = {k: rows[:, i, None, None] for i, k in enumerate(PARALLEL)}
     C = carried(demand.users, per_rank[None, :, None] * layout["dp"])
@@ -122,7 +122,7 @@ def _values(runner: "Runner", base: Mapping[str, float], point: Mapping[str, Any
     return {**out, "valid": np.broadcast_to(runner.valid(values), shape) & finite}
 
 
-def plan(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str, Any]
+def plan(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mapping[str, Any]
          ) -> dict[str, Any]:
     """candidates (meeting limits and fitting, best first), best, pareto; an error naming
     the binding limit when none meets them."""
@@ -138,7 +138,7 @@ def plan(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str
     return {"candidates": meeting, "best": meeting[0], "pareto": pareto(meeting)}
 
 
-def grids(engines: Mapping[str, "Engine"], demand: Demand, overrides: Mapping[str, Any]
+def grids(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mapping[str, Any]
           ) -> list[tuple[str, np.ndarray, dict[str, np.ndarray]]]:
     """(policy, layout rows, evaluate_grid's arrays) for every policy."""
     out = []

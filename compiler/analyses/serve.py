@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.backend.finite import check_finite
+from infest.compiler.analyses.speculative import Draft, speculate
+from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.compiler.core.terms import HARD_KEYS, TIME_TERMS, derated
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
     from infest.compiler.backend.runner import Runner
-    from infest.compiler.analyses.speculative import Draft
 
 MAX_TOKENS = 2**24           # ISL, OSL and --chunk: a typo like 1e12 fails before any work
 MAX_CONCURRENCY = 2**20      # requests in flight
@@ -69,7 +69,7 @@ class Request:
 
 
 @dataclass
-class Engine:
+class Serving:
     """The decode and prefill runners of one spec, hardware and policy, and which step
     time (`use`: a key of USES) the metrics come from. Analyses may be given: their
     runners are kept (serving needs no sympy, so a cached runner serves as well)."""
@@ -137,22 +137,8 @@ def busiest_batch(concurrency: Any, dp: Any) -> Any:
     return np.ceil(np.asarray(concurrency, dtype=float) / dp) * dp
 
 
-def evaluate(runner: "Runner", overrides: Mapping[str, Any],
-             point: Mapping[str, Any]) -> dict[str, Any]:
-    """Every form at the inputs plus `point` (B, N, T: numbers or arrays that broadcast),
-    with the model's constraints checked there and every value checked finite."""
-    inputs = runner.inputs(overrides, checked=False)  # checked at the point, below
-    values = {i.name: float(i.value) for i in inputs}
-    values.update({k: np.asarray(v, dtype=float) for k, v in point.items()})
-    runner.check(values, overrides)
-    compiled = runner.compiled([i.name for i in inputs])
-    out = compiled(values)
-    check_finite(compiled, out, values)
-    return {**out, "inputs": values}
-
-
-def serve(engine: Engine, request: Request, overrides: Mapping[str, Any],
-          draft: "Draft | None" = None) -> dict[str, Any]:
+def serve(engine: Serving, request: Request, overrides: Mapping[str, Any],
+          draft: Draft | None = None) -> dict[str, Any]:
     """The serving metrics of a request shape (keys: METRIC_KEYS plus bound/notes); with a
     draft, speculative decoding (static batching; compiler/analyses/speculative.py)."""
     check_request(request)
@@ -172,10 +158,9 @@ def serve(engine: Engine, request: Request, overrides: Mapping[str, Any],
         request, ttft[1], tpot[1], info), **{k: v for k, v in info.items() if k != "dp"}}
 
 
-def _speculative(engine: Engine, draft: "Draft", r: Request, overrides: Mapping[str, Any],
+def _speculative(engine: Serving, draft: Draft, r: Request, overrides: Mapping[str, Any],
                  ttft: tuple[float, float], info: dict[str, Any]):
     """TTFT plus the draft's prefill, TPOT per round; the plain TPOT and break-even kept."""
-    from infest.compiler.analyses.speculative import speculate
     spec = speculate(engine, draft, r, decode_contexts(r.isl, r.osl), overrides)
     pair = (spec[engine.key], spec["roofline_s"])
     ttft = tuple(t + s["draft_prefill_s"] for t, s in zip(ttft, pair))
@@ -199,7 +184,7 @@ def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any])
             "requests_per_s": tokens / osl, "gpus": info["gpus"], "fits": info["fits"]}
 
 
-def _static(engine: Engine, r: Request, overrides: Mapping[str, Any]):
+def _static(engine: Serving, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, its bound), (TPOT, its bound), info) for static batching."""
     dp = next((float(i.value) for i in engine.decode.inputs(overrides, checked=False)
                if i.name == "dp"), 1.0)
@@ -220,7 +205,7 @@ def _info(values: Mapping[str, Any]) -> dict[str, Any]:
             "dp": int(values["parallel.dp"])}
 
 
-def _continuous(engine: Engine, r: Request, overrides: Mapping[str, Any]):
+def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, bound), (TPOT, bound), info) for continuous batching with chunked prefill."""
     last = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": float(r.isl + r.osl - 2)})
     info = _info(last)

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from infest.compiler.backend.runner import evaluate
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
-    from infest.compiler.analyses.serve import Engine, Request
+    from infest.compiler.analyses.serve import Serving, Request
 
 MAX_DRAFT_LEN = 32        # drafted tokens per round (real drafts use 1..8)
 BISECTION_STEPS = 60      # halvings of [0, 1): well below float resolution
@@ -32,7 +33,7 @@ LAYOUT = ("tp", "ep", "pp", "dp")
 class Draft:
     """A draft model's engine, its tokens per round and the acceptance rate."""
 
-    engine: "Engine"
+    engine: "Serving"
     length: int
     acceptance: float
 
@@ -66,10 +67,9 @@ def breakeven(length: int, ratio: float) -> float | None:
     return (lo + hi) / 2
 
 
-def speculate(target: "Engine", draft: Draft, request: "Request", contexts: np.ndarray,
+def speculate(target: "Serving", draft: Draft, request: "Request", contexts: np.ndarray,
               overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Per estimate and bound: round cost, plain TPOT, TPOT, draft prefill; fits; break-even."""
-    from infest.compiler.analyses.serve import evaluate
     c, k = request.concurrency, draft.length
     layout = {n: v for n, v in overrides.items() if n in LAYOUT}
     point = {"B": c, "N": contexts}

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.backend.runner import Input, step_bound
+from infest.compiler.backend.report import step_bound
+from infest.compiler.backend.runner import Input
 from infest.compiler.backend.finite import check_finite
 from infest.compiler.core.keys import MEMORY_KEYS, STEP_KEYS
 from infest.compiler.core.terms import BOUND_TERMS

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, TYPE_CHECKING
+from typing import Any, Mapping, TYPE_CHECKING
+
+import numpy as np
 
 from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
-from infest.compiler.backend.runner import Input, op_bound, step_bound
+from infest.compiler.core.terms import BOUND_TERMS, TIME_TERMS
 
 if TYPE_CHECKING:
-    from infest.compiler.backend.runner import Runner
+    from infest.compiler.backend.runner import Input, Runner
 
 _INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active",
              "collectives", *PARALLEL_KEYS}
@@ -27,7 +29,7 @@ def _number(key: str, value: Any) -> Any:
     return v
 
 
-def result_json(runner: "Runner", inputs: list[Input], values: dict[str, Any]) -> dict:
+def result_json(runner: "Runner", inputs: list["Input"], values: dict[str, Any]) -> dict:
     """The contract object: model, hardware, phase, inputs, params, memory, step, ops."""
     step = {k: _number(k, values[f"step.{k}"]) for k in STEP_KEYS}
     step["bound"] = str(step_bound(values))
@@ -54,7 +56,7 @@ def _runs(runner: "Runner", i: int, values: dict[str, Any]) -> bool:
     return not runner.ops[i].collective or float(values[f"ops.{i}.count"]) > 0
 
 
-def _input_value(i: Input) -> int | float:
+def _input_value(i: "Input") -> int | float:
     return int(i.value) if i.value.denominator == 1 else float(i.value)
 
 
@@ -69,3 +71,21 @@ def _op_json(runner: "Runner", i: int, values: dict[str, Any]) -> dict:
         out["bytes"] = out["comm_bytes"]
     out["bound"] = op_bound(values, i)
     return out
+
+
+def step_bound(values: Mapping[str, Any]) -> Any:
+    """Name of the largest ceiling (compute, weights, kv, launch, ...), elementwise."""
+    stacked = np.stack([np.broadcast_to(values[f"bound.{k}"], np.shape(values["step.time_s"]))
+                        for k in BOUND_TERMS])
+    return np.asarray(BOUND_TERMS)[np.argmax(stacked, axis=0)]
+
+
+def op_bound(values: Mapping[str, Any], i: int) -> str:
+    """Which term sets an op's time; memory time is named by its largest byte kind."""
+    p = f"ops.{i}."
+    term = TIME_TERMS[int(np.argmax([float(values[p + t.key]) for t in TIME_TERMS]))]
+    if term.name != "memory":
+        return term.name
+    kinds = {"weights": values[p + "weight_bytes"], "kv": values[p + "kv_bytes"],
+             "activations": values[p + "act_bytes"]}
+    return max(kinds, key=lambda k: float(kinds[k]))

@@ -17,9 +17,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from infest.compiler.core.constraints import CheckInfo, failing, holds
+from infest.compiler.backend.finite import check_finite
 from infest.compiler.backend.generated import load_functions
+from infest.compiler.backend.report import result_json
 from infest.compiler.core.keys import BUILTINS, PARALLEL, PROBE_KEYS
-from infest.compiler.core.terms import BOUND_TERMS, TIME_TERMS
 from infest.dsl.errors import Diagnostic, SpecError, Span, did_you_mean, fail
 
 DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
@@ -175,8 +176,6 @@ class Runner:
 
     def evaluate(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Evaluate at defaults plus overrides: a dict shaped like `eval --json`."""
-        from infest.compiler.backend.finite import check_finite
-        from infest.compiler.backend.report import result_json
         inputs = self.inputs(overrides)
         point = {i.name: float(i.value) for i in inputs}
         values = self(point)
@@ -236,19 +235,15 @@ def builtin_kinds() -> dict[str, str]:
     return {**{b: "builtin" for b in BUILTINS}, **{p: "parallel" for p in PARALLEL}}
 
 
-def step_bound(values: Mapping[str, Any]) -> Any:
-    """Name of the largest ceiling (compute, weights, kv, launch, ...), elementwise."""
-    stacked = np.stack([np.broadcast_to(values[f"bound.{k}"], np.shape(values["step.time_s"]))
-                        for k in BOUND_TERMS])
-    return np.asarray(BOUND_TERMS)[np.argmax(stacked, axis=0)]
-
-
-def op_bound(values: Mapping[str, Any], i: int) -> str:
-    """Which term sets an op's time; memory time is named by its largest byte kind."""
-    p = f"ops.{i}."
-    term = TIME_TERMS[int(np.argmax([float(values[p + t.key]) for t in TIME_TERMS]))]
-    if term.name != "memory":
-        return term.name
-    kinds = {"weights": values[p + "weight_bytes"], "kv": values[p + "kv_bytes"],
-             "activations": values[p + "act_bytes"]}
-    return max(kinds, key=lambda k: float(kinds[k]))
+def evaluate(runner: Runner, overrides: Mapping[str, Any],
+             point: Mapping[str, Any]) -> dict[str, Any]:
+    """Every form at the inputs plus `point` (B, N, T: numbers or arrays that broadcast),
+    with the model's constraints checked there and every value checked finite."""
+    inputs = runner.inputs(overrides, checked=False)  # checked at the point, below
+    values = {i.name: float(i.value) for i in inputs}
+    values.update({k: np.asarray(v, dtype=float) for k, v in point.items()})
+    runner.check(values, overrides)
+    compiled = runner.compiled([i.name for i in inputs])
+    out = compiled(values)
+    check_finite(compiled, out, values)
+    return {**out, "inputs": values}

@@ -99,7 +99,7 @@ class OpRule:
 
 
 def _act(op: OpIn, elements: sympy.Expr) -> sympy.Expr:
-    return elements * _b(op.dt.act)
+    return elements * element_bytes(op.dt.act)
 
 
 # Bytes per KV-cache element: an input (the spec's kv dtype by default, see
@@ -108,7 +108,7 @@ KV_ELEM_NAME = "kv_bytes_per_elem"
 KV_ELEM = sym(KV_ELEM_NAME)
 
 
-def _b(dtype: DType) -> sympy.Expr:
+def element_bytes(dtype: DType) -> sympy.Expr:
     return sympy.Rational(dtype.bytes.numerator, dtype.bytes.denominator)
 
 
@@ -117,7 +117,7 @@ def _b(dtype: DType) -> sympy.Expr:
 def _embed(op: OpIn) -> OpOut:
     # Row gather: only the B*T looked-up rows are read; no FLOPs.
     vocab, d = op.dims  # type: ignore[misc]
-    cost = Cost(weight_bytes=op.tokens * d * _b(op.dt.weights), act_bytes=_act(op, op.tokens * d))
+    cost = Cost(weight_bytes=op.tokens * d * element_bytes(op.dt.weights), act_bytes=_act(op, op.tokens * d))
     return OpOut(d, cost, params=vocab * d)
 
 
@@ -128,7 +128,7 @@ def _linear(op: OpIn, kernels: int = 1) -> OpOut:
     params, stored = _with_bias(op, d_in * d_out, bias)
     # one multiply-add per weight per token
     cost = Cost(flops=_softcap(op, 2 * op.tokens * d_in * d_out, op.tokens * d_out),
-                weight_bytes=params * _b(op.dt.weights) if stored is None else stored,
+                weight_bytes=params * element_bytes(op.dt.weights) if stored is None else stored,
                 act_bytes=_act(op, op.tokens * (d_in + d_out)),
                 kernels=sympy.Integer(kernels))
     # A head tied to the embedding still reads its weights but stores no params of its own.
@@ -144,7 +144,7 @@ def _with_bias(op: OpIn, weights: sympy.Expr, bias: sympy.Expr | None):
         return weights, None
     if op.dt.biases == op.dt.weights:
         return weights + bias, None
-    return weights + bias, weights * _b(op.dt.weights) + bias * _b(op.dt.biases)
+    return weights + bias, weights * element_bytes(op.dt.weights) + bias * element_bytes(op.dt.biases)
 
 
 def _set(op: OpIn, name: str) -> bool:
@@ -169,7 +169,7 @@ def _norm(per_elem: int, weights_per_dim: int) -> Callable[[OpIn], OpOut]:
         dim = op.args.get("dim", width)  # QK-norm: one head_dim vector shared by heads
         elements = op.tokens * width
         cost = Cost(flops=per_elem * elements, act_bytes=_act(op, 2 * elements),
-                    weight_bytes=weights_per_dim * dim * _b(op.dt.weights))
+                    weight_bytes=weights_per_dim * dim * element_bytes(op.dt.weights))
         return OpOut(width, cost, params=weights_per_dim * dim)
     return rule
 
@@ -245,12 +245,12 @@ def _attention(op: OpIn) -> OpOut:
     keys = _keys_per_query(op)
     cost = Cost(flops=_softcap(op, 4 * op.tokens * h * hd * keys,  # QK^T and PV: 2+2
                                op.tokens * h * keys),
-                weight_bytes=sinks * _b(op.dt.biases),
+                weight_bytes=sinks * element_bytes(op.dt.biases),
                 act_bytes=_act(op, op.tokens * (2 * h * hd + 2 * hkv * hd)),
                 kv_bytes=B * _read(op) * per_token + op.tokens * per_token)
     return OpOut(h * hd, cost, params=sinks, kv_cache=_cached(op, L) * per_token,
                  kv_per_token=per_token,
-                 param_bytes=None if op.dt.biases == op.dt.weights else sinks * _b(op.dt.biases))
+                 param_bytes=None if op.dt.biases == op.dt.weights else sinks * element_bytes(op.dt.biases))
 
 
 def _mla(op: OpIn) -> OpOut:
@@ -265,7 +265,7 @@ def _mla(op: OpIn) -> OpOut:
     per_key = 2 * h * (rank + rope) + 2 * h * rank  # scores over latent+rope, values over latent
     keys = _keys_per_query(op)
     cost = Cost(flops=_softcap(op, op.tokens * (absorb + per_key * keys), op.tokens * h * keys),
-                weight_bytes=params * _b(op.dt.weights),
+                weight_bytes=params * element_bytes(op.dt.weights),
                 act_bytes=_act(op, op.tokens * (h * (nope + rope) + rank + rope + h * vd)),
                 kv_bytes=B * _read(op) * per_token + op.tokens * per_token)
     return OpOut(h * vd, cost, params=params, kv_cache=_cached(op, L) * per_token,
@@ -283,7 +283,7 @@ def _indexer(op: OpIn) -> OpOut:
     h, hd, top_k = op.args["heads"], op.args["head_dim"], op.args["index_topk"]
     _require(op, 0, h * hd, "q must be heads * head_dim wide")
     _require(op, 1, hd, "the indexer key must be head_dim wide")
-    per_token = hd * _b(op.dt.kv)
+    per_token = hd * element_bytes(op.dt.kv)
     keys = N + (T + 1) / sympy.Integer(2)  # every cached token, never capped
     # Per (query, key): a head_dim dot product per head (2*h*hd), then ReLU, the head
     # weight and the sum over heads (3*h). The top-k selection is comparisons, not FLOPs.
@@ -308,7 +308,7 @@ def _linear_attention(op: OpIn) -> OpOut:
     for i in (0, 1):
         _require(op, i, kh * dk, "q and k must be key_heads * key_dim wide")
     _require(op, 2, h * dv, "v must be heads * value_dim wide")
-    state = h * dk * dv * _b(op.dt.kv)
+    state = h * dk * dv * element_bytes(op.dt.kv)
     # Per token and head: decay the state (dk*dv), add k v^T (2*dk*dv), read it out with q
     # (2*dk*dv); the delta rule also reads k^T S before the update (2*dk*dv). A chunked scan
     # (SSD; chunked Gated DeltaNet) adds causal attention inside each chunk of
@@ -326,9 +326,9 @@ def _conv1d(op: OpIn) -> OpOut:
     per channel; its state is the last kernel - 1 inputs of each sequence."""
     width, k = op.x.width, op.args["kernel"]
     params, stored = _with_bias(op, width * k, width if _set(op, "bias") else None)
-    state = (k - 1) * width * _b(op.dt.kv)
+    state = (k - 1) * width * element_bytes(op.dt.kv)
     cost = Cost(flops=2 * op.tokens * width * k,
-                weight_bytes=params * _b(op.dt.weights) if stored is None else stored,
+                weight_bytes=params * element_bytes(op.dt.weights) if stored is None else stored,
                 act_bytes=_act(op, 2 * op.tokens * width), kv_bytes=_state_step(state))
     return OpOut(width, cost, params=params, kv_cache=state, param_bytes=stored)
 

@@ -15,7 +15,6 @@ import sympy
 from infest.dsl import ast
 from infest.dsl.errors import Collector, SpecError, Span, did_you_mean, fail
 from infest.compiler.core.exprs import LIMIT, names_in, to_sympy
-from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.compiler.core.symbols import BUILTINS, sym
 
 # A workbook names each input `in_<name>`; Excel's defined names are at most 255 characters.

@@ -12,7 +12,7 @@ from itertools import combinations
 
 import sympy
 
-from infest.compiler.core.elaborate import CompiledModel, OpNode
+from infest.compiler.core.graph import CompiledModel, OpNode
 from infest.compiler.core.keys import COST_KEYS, STEP_KEYS
 from infest.compiler.core.functions import Max, floor
 from infest.compiler.core.ops import L, touched_experts

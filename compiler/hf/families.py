@@ -22,9 +22,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from infest.compiler.hf.config import Config, load_json, text_model, trained_context
+from infest.compiler.hf.config import Config, text_model, trained_context
 from infest.compiler.hf.quant import formats
-from infest.compiler.hf.render import Arch, Attention, Experts, Layer, _safe, render
+from infest.compiler.hf.render import Arch, Attention, Experts, Layer, safe_text
 from infest.dsl.errors import fail
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
@@ -65,7 +65,7 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
     plan = _plan(cfg, family, layers)
     experts = _experts(cfg, family) if any(layer.moe for layer in plan) else None
     needs_ffn = any(not layer.moe for layer in plan)
-    title = _title(data, source)
+    title = title_of(data, source)
     return Arch(name=identifier(name or title or family), title=title or family, source=source,
                 family=family, architecture=_architecture(data), hidden=hidden,
                 layers=layers, vocab=cfg.int("vocab_size"),
@@ -74,7 +74,7 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
                 # transformers' defaults: Gemma ties the LM head to the embedding
                 tied=cfg.flag("tie_word_embeddings", family in _GEMMA_FAMILIES),
                 attention=_attention(cfg, family, hidden), experts=experts, plan=plan,
-                formats=formats(data, source, _base_dtype(cfg), layers, quant, gguf),
+                formats=formats(data, source, base_dtype(cfg), layers, quant, gguf),
                 context=trained_context(cfg), post_norms=family in _GEMMA_FAMILIES,
                 notes=_family_notes(cfg, family))
 
@@ -102,17 +102,17 @@ def _family(cfg: Config) -> str:
 def _architecture(data: Mapping[str, Any]) -> str:
     archs = data.get("architectures")
     ok = isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)
-    return ", ".join(_safe(a) for a in archs) if ok else ""
+    return ", ".join(safe_text(a) for a in archs) if ok else ""
 
 
 
-def _title(data: Mapping[str, Any], source: str) -> str:
+def title_of(data: Mapping[str, Any], source: str) -> str:
     """A display name: the file stem (`org--Model.config.json` -> Model)."""
     stem = Path(source).name
     for suffix in (".json", ".config"):
         stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
     stem = stem.split("--")[-1]
-    return "" if stem in ("config", "") else _safe(stem)
+    return "" if stem in ("config", "") else safe_text(stem)
 
 
 def identifier(text: str) -> str:
@@ -338,44 +338,9 @@ def _experts(cfg: Config, family: str) -> Experts:
 
 # ---- number formats -------------------------------------------------------------------
 
-def _base_dtype(cfg: Config) -> str:
+def base_dtype(cfg: Config) -> str:
     name = cfg.str("torch_dtype", "bfloat16")
     if name not in _TORCH_DTYPES:
         raise fail(None, f"{cfg.source}: config field 'torch_dtype' is '{name}'",
                    f"known: {', '.join(_TORCH_DTYPES)}")
     return _TORCH_DTYPES[name]
-
-
-# ---- entry point ---------------------------------------------------------------------------
-
-def sibling_quant_config(config_path: Path) -> Path | None:
-    """A ModelOpt quant config beside a config: `hf_quant_config.json` next to
-    `config.json`, else `<name>.hf_quant_config.json` or `<name>_hf_quant_config.json` for
-    `<name>.config.json`, `<name>_config.json` or `<name>.json`."""
-    name = config_path.name
-    if name == "config.json":
-        return _first_file([config_path.with_name("hf_quant_config.json")])
-    stem = next((name[: -len(s)] for s in (".config.json", "_config.json", "-config.json",
-                                            ".json") if name.endswith(s)), name)
-    return _first_file([config_path.with_name(f"{stem}{sep}hf_quant_config.json")
-                        for sep in (".", "_", "-")])
-
-
-def _first_file(candidates: list[Path]) -> Path | None:
-    return next((c for c in candidates if c.is_file()), None)
-
-
-def import_hf(config_path: Path, quant_path: Path | None = None,
-              name: str | None = None, gguf: str | None = None) -> str:
-    """The .arch text for a config.json (and an optional hf_quant_config.json, or a GGUF
-    type such as Q4_K_M for the weights)."""
-    data = load_json(config_path)
-    quant = (load_json(quant_path), str(quant_path)) if quant_path is not None else None
-    if data.get("model_type") in HYBRID_FAMILIES:
-        from infest.compiler.hf.hybrid import read_hybrid, render_hybrid
-        return render_hybrid(read_hybrid(data, str(config_path), quant, name, gguf))
-    if data.get("model_type") in VL_FAMILIES:
-        from infest.compiler.hf.hybrid import read_vl
-        return render(read_vl(data, str(config_path), quant, name, gguf))
-    arch = read_arch(data, str(config_path), quant, name, gguf)
-    return render(arch)

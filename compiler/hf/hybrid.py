@@ -8,7 +8,7 @@ sigmoid-gated shared expert. nemotron_h (Nemotron-H, Nemotron Nano 2): one mixer
 A config becomes a `Hybrid`: params, one `layer` definition per kind of block and the
 sequence of layer calls; `render_hybrid` writes the definitions once and the calls as
 `repeat` blocks over their runs. Config text reaches the spec only through checked
-integers and `_safe` comments (compiler/hf/families.py), never as spec text.
+integers and `safe_text` comments (compiler/hf/families.py), never as spec text.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from infest.compiler.hf.config import Config, text_model, trained_context
-from infest.compiler.hf.families import MAX_LAYERS, _base_dtype, _title, identifier, read_arch
-from infest.compiler.hf.render import Arch, _op, _safe
+from infest.compiler.hf.families import MAX_LAYERS, base_dtype, identifier, read_arch, title_of
+from infest.compiler.hf.render import Arch, op_line, safe_text
 from infest.compiler.hf.quant import Formats, formats
 from infest.dsl.errors import SpecError, fail
 
@@ -71,7 +71,7 @@ def _layer_count(cfg: Config) -> int:
 def _formats(cfg: Config, layers: int, quant: tuple[Mapping[str, Any], str] | None,
              gguf: str | None) -> Formats:
     """Plain number formats; a quantized hybrid checkpoint is an error, never a silent bf16."""
-    f = formats(cfg.data, cfg.source, _base_dtype(cfg), layers, quant, gguf)
+    f = formats(cfg.data, cfg.source, base_dtype(cfg), layers, quant, gguf)
     if f.scheme:
         raise fail(None, f"{cfg.source}: quantization ({f.scheme}) of a {cfg.data['model_type']} "
                    "checkpoint is not mapped onto its layers yet",
@@ -367,12 +367,12 @@ def read_hybrid(data: Mapping[str, Any], source: str = "config.json",
     parts = READERS[family](cfg)
     if isinstance(vision, dict):
         parts["notes"].append(_vision_note(Config(vision, f"{source} vision_config")))
-    title = _title(data, source)
+    title = title_of(data, source)
     archs = data.get("architectures")
     ok = isinstance(archs, list) and all(isinstance(a, str) for a in archs)
     return Hybrid(name=identifier(name or title or family), title=title or family,
                   source=source, family=family,
-                  architecture=", ".join(_safe(a) for a in archs) if ok else "",
+                  architecture=", ".join(safe_text(a) for a in archs) if ok else "",
                   params=parts["params"], formats=_formats(cfg, parts["layer_count"], quant, gguf),
                   tied=cfg.flag("tie_word_embeddings"), layers=_layer_lines(parts["layers"]),
                   plan=parts["plan"], policy=parts["policy"], notes=parts["notes"],
@@ -388,7 +388,7 @@ def _layer_lines(kinds: Mapping[str, list[tuple[str, str | None, str | None]]]
         for code, group, comment in body:
             depth = 2 + (len(code) - len(code.lstrip())) // 2
             brace = comment == "{"
-            lines.append(_op(code.strip(), depth, group=group,
+            lines.append(op_line(code.strip(), depth, group=group,
                              comment=None if brace else comment, suffix="{" if brace else ""))
         out[name] = lines
     return out
@@ -447,10 +447,10 @@ def render_hybrid(model: Hybrid) -> str:
     lines += [f"  weights: {f.weights}; kv: {f.kv}; act: {f.act}"] + model.policy + [""]
     for name, body in model.layers.items():
         lines += [f"  layer {name}(x) {{"] + body + ["  }", ""]
-    lines.append(_op("x = embed(tokens, vocab -> hidden)", 1, group="embedding"))
+    lines.append(op_line("x = embed(tokens, vocab -> hidden)", 1, group="embedding"))
     lines += _calls(model.plan)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if model.tied else "")
-    lines.append(_op(head + ", last_token=1)", 1, group="lm_head"))
+    lines.append(op_line(head + ", last_token=1)", 1, group="lm_head"))
     return "\n".join(lines + ["}", ""])
 
 
@@ -461,7 +461,7 @@ def _pairs(pairs: list[tuple[str, str]]) -> str:
 def _header(model: Hybrid) -> list[str]:
     kind = model.family + (f", {model.architecture}" if model.architecture else "")
     f = model.formats
-    lines = [f"Imported by `infest import-hf` from {_safe(Path(model.source).name)} ({kind}).",
+    lines = [f"Imported by `infest import-hf` from {safe_text(Path(model.source).name)} ({kind}).",
              *model.notes,
              f"LM head {'tied to' if model.tied else 'separate from'} the embedding.",
              f"Formats: {f.weights} weights, KV cache and activations; recurrent states fp32.",
@@ -474,12 +474,12 @@ def _calls(plan: list[Token]) -> list[str]:
     lines = []
     for count, unit in compress(plan):
         if count == 1:
-            lines += [_op(f"x = {call}(x)", 1) for token in unit for call in token]
+            lines += [op_line(f"x = {call}(x)", 1) for token in unit for call in token]
             continue
         whole = count * len(unit) == len(plan)
         text = ("layers" if len(unit) == 1 else f"layers / {len(unit)}") if whole else str(count)
         lines.append(f"  repeat {text} {{")
-        lines += [_op(f"x = {call}(x)", 2) for token in unit for call in token]
+        lines += [op_line(f"x = {call}(x)", 2) for token in unit for call in token]
         lines.append("  }")
     return lines
 

@@ -3,7 +3,7 @@ model a config is read into (`Arch`: dimensions, attention, experts, a per-layer
 number formats) and `render`, which writes it like the shipped specs: header comments,
 params on top, one `layer` definition per distinct decoder body (dense, MoE; the window is
 an argument), `repeat` blocks calling them, groups and fusions. Text from the config
-reaches the spec only through `_safe` (comments) and `identifier` (names)."""
+reaches the spec only through `safe_text` (comments) and `identifier` (names)."""
 from __future__ import annotations
 
 import re
@@ -82,7 +82,7 @@ class Arch:
 
 # ---- text from the config ------------------------------------------------------------
 
-def _safe(text: Any) -> str:
+def safe_text(text: Any) -> str:
     """Config text bound for a comment: word characters and . + - only (no newline can
     end the comment and start spec text)."""
     return re.sub(r"[^\w.+-]", "", str(text))[:60]
@@ -94,14 +94,14 @@ def render(arch: Arch) -> str:
     """The spec text: header comments, params, dtypes, embedding, layers, LM head."""
     lines = _header(arch) + [f'model {arch.name} "{arch.title}" {{']
     lines += _param_lines(arch) + [_dtype_line(arch.formats)] + _policy_lines(arch) + [""]
-    lines.append(_op("x = embed(tokens, vocab -> hidden" + _kw(arch, "embed") + ")", 1,
+    lines.append(op_line("x = embed(tokens, vocab -> hidden" + _kw(arch, "embed") + ")", 1,
                      group="embedding"))
     lines[-1:-1] = _layer_defs(arch)
     for count, kinds in _runs(arch):
         lines += _repeat(arch, count, kinds)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
     # Engines compute logits only at the position they sample from: one token a sequence.
-    lines.append(_op(head + _kw(arch, "lm_head") + ", last_token=1)", 1, group="lm_head"))
+    lines.append(op_line(head + _kw(arch, "lm_head") + ", last_token=1)", 1, group="lm_head"))
     return "\n".join(lines + ["}", ""])
 
 
@@ -121,7 +121,7 @@ def _policy_lines(arch: Arch) -> list[str]:
 def _header(arch: Arch) -> list[str]:
     att, moe = arch.attention, arch.experts
     kind = f"{arch.family}" + (f", {arch.architecture}" if arch.architecture else "")
-    lines = [f"Imported by `infest import-hf` from {_safe(Path(arch.source).name)} ({kind}).",
+    lines = [f"Imported by `infest import-hf` from {safe_text(Path(arch.source).name)} ({kind}).",
              _attention_note(att, arch.plan)]
     if moe is not None:
         shared = f" plus a shared expert (ffn {moe.shared_ffn})" if moe.shared_ffn else ""
@@ -231,7 +231,7 @@ def _decl(role: str, value: str) -> str:
     return f"weights: bits = {value}" if role == "bits" else f"{role}: {value}"
 
 
-def _op(code: str, depth: int, group: str | None = None, comment: str | None = None,
+def op_line(code: str, depth: int, group: str | None = None, comment: str | None = None,
         suffix: str = "") -> str:
     """One op line: the code, then `group g`, a `{` and/or a `# comment` at the column."""
     parts = [f"group {group}" if group else "", suffix, f"# {comment}" if comment else ""]
@@ -287,7 +287,7 @@ def _repeat(arch: Arch, count: str, kinds: list[Layer]) -> list[str]:
     several = len(kinds) > 1
     calls = [layer_call(_layer_name(arch, k), _call_args(arch, k),
                    _kind_name(k, arch) if several else None) for k in kinds]
-    return [_op(f"repeat {count} {{", 1)] + calls + ["  }"]
+    return [op_line(f"repeat {count} {{", 1)] + calls + ["  }"]
 
 
 def _kind_name(kind: Layer, arch: Arch) -> str:
@@ -307,7 +307,7 @@ def layer_block(name: str, params: list[str], body: list[str],
 
 def layer_call(name: str, args: list[str], comment: str | None = None, depth: int = 2) -> str:
     """`x = name(x, args...)`: one call of a layer inside a repeat."""
-    return _op(f"x = {name}({', '.join(['x'] + args)})", depth, comment=comment)
+    return op_line(f"x = {name}({', '.join(['x'] + args)})", depth, comment=comment)
 
 
 def _shapes(arch: Arch) -> list[bool]:
@@ -349,37 +349,37 @@ def _layer_defs(arch: Arch) -> list[str]:
 
 def _attention_lines(arch: Arch, kind: Layer) -> list[str]:
     att = arch.attention
-    lines = [_op("h = rmsnorm(x)", 2, group="norm")]
+    lines = [op_line("h = rmsnorm(x)", 2, group="norm")]
     lines += _mla_lines(arch) if att.mla is not None else _gqa_lines(arch, kind)
     if arch.post_norms:
-        return lines + [_op("po = rmsnorm(o)", 2, group="norm",
-                            comment="post_attention_layernorm"), _op("x = add(x, po)", 2)]
-    return lines + [_op("x = add(x, o)", 2)]
+        return lines + [op_line("po = rmsnorm(o)", 2, group="norm",
+                            comment="post_attention_layernorm"), op_line("x = add(x, po)", 2)]
+    return lines + [op_line("x = add(x, o)", 2)]
 
 
 def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
     att, kw = arch.attention, _kw(arch, "attention")
     qkv = ", bias=1" if att.qkv_bias else ""
-    lines = [_op(f"q = linear(h, hidden -> heads * head_dim{qkv}{kw})", 2, group="attention"),
-             _op(f"k = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
-             _op(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
-             _op("fuse qkv { q, k, v }", 2, comment="one GEMM, concatenated weights")]
+    lines = [op_line(f"q = linear(h, hidden -> heads * head_dim{qkv}{kw})", 2, group="attention"),
+             op_line(f"k = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
+             op_line(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
+             op_line("fuse qkv { q, k, v }", 2, comment="one GEMM, concatenated weights")]
     if att.qk_norm:
         dim, what = ("", "over all heads") if att.qk_norm_whole else \
             (", dim=head_dim", "head_dim weights")
-        lines += [_op(f"q = rmsnorm(q{dim})", 2, comment=f"QK-norm: {what}"),
-                  _op(f"k = rmsnorm(k{dim})", 2),
-                  _op("fuse qk_norm { q, k }", 2, comment="both QK-norms in one kernel")]
+        lines += [op_line(f"q = rmsnorm(q{dim})", 2, comment=f"QK-norm: {what}"),
+                  op_line(f"k = rmsnorm(k{dim})", 2),
+                  op_line("fuse qk_norm { q, k }", 2, comment="both QK-norms in one kernel")]
     extra = (", window=window" if kind.sliding else "") + (", sinks=1" if att.sinks else "")
-    lines.append(_op(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
+    lines.append(op_line(f"a = attention(q, k, v, heads, kv_heads, head_dim{extra}"
                      f"{_kw(arch, 'attention_core')})", 2))
     o_bias = ", bias=1" if att.o_bias else ""
-    return lines + [_op(f"o = linear(a, heads * head_dim -> hidden{o_bias}{kw})", 2)]
+    return lines + [op_line(f"o = linear(a, heads * head_dim -> hidden{o_bias}{kw})", 2)]
 
 
-_LATENT = _op("c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2, group="latent",
+_LATENT = op_line("c = linear(h, hidden -> kv_lora_rank + rope_dim{kw})", 2, group="latent",
               comment="latent + shared rope key")
-_LATENT_NORM = _op("c = rmsnorm(c, dim=kv_lora_rank)", 2, comment="kv_a_layernorm (latent part)")
+_LATENT_NORM = op_line("c = rmsnorm(c, dim=kv_lora_rank)", 2, comment="kv_a_layernorm (latent part)")
 
 
 def _mla_lines(arch: Arch) -> list[str]:
@@ -388,21 +388,21 @@ def _mla_lines(arch: Arch) -> list[str]:
     if arch.attention.mla and arch.attention.mla["q_lora_rank"] is not None:
         # The latent down-projections stay whole under tensor parallel, as in engines.
         # Engines run both down-projections as one GEMM and both latent norms as one kernel.
-        lines = [_op(f"cq = linear(h, hidden -> q_lora_rank{kw})", 2, group="latent"),
+        lines = [op_line(f"cq = linear(h, hidden -> q_lora_rank{kw})", 2, group="latent"),
                  _LATENT,
-                 _op("fuse fuse_a { cq, c }", 2, comment="one GEMM: q_a and kv_a concatenated"),
-                 _op("cq = rmsnorm(cq)", 2, comment="q_a_layernorm"),
+                 op_line("fuse fuse_a { cq, c }", 2, comment="one GEMM: q_a and kv_a concatenated"),
+                 op_line("cq = rmsnorm(cq)", 2, comment="q_a_layernorm"),
                  _LATENT_NORM,
-                 _op("fuse latent_norms { cq, c }", 2, comment="both latent RMSNorms in one kernel"),
-                 _op(f"q = linear(cq, q_lora_rank -> {q_out}{kw})", 2, group="attention")]
+                 op_line("fuse latent_norms { cq, c }", 2, comment="both latent RMSNorms in one kernel"),
+                 op_line(f"q = linear(cq, q_lora_rank -> {q_out}{kw})", 2, group="attention")]
     else:
-        lines = [_op(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention"),
+        lines = [op_line(f"q = linear(h, hidden -> {q_out}{kw})", 2, group="attention"),
                  _LATENT, _LATENT_NORM]
     sparse = ", index_topk=index_topk" if arch.attention.indexer else ""
     return [line.replace("{kw}", kw) for line in lines] + _indexer_lines(arch) + [
-        _op(f"a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim{sparse}"
+        op_line(f"a = mla(q, c, heads, kv_lora_rank, rope_dim, nope_dim, v_dim{sparse}"
             f"{_kw(arch, 'attention_core')})", 2, group="attention"),
-        _op(f"o = linear(a, heads * v_dim -> hidden{kw})", 2)]
+        op_line(f"o = linear(a, heads * v_dim -> hidden{kw})", 2)]
 
 
 def _indexer_lines(arch: Arch) -> list[str]:
@@ -414,35 +414,35 @@ def _indexer_lines(arch: Arch) -> list[str]:
     kw = _kw(arch, "attention")
     src = "cq, q_lora_rank" if arch.attention.mla and arch.attention.mla["q_lora_rank"] \
         else "h, hidden"
-    return [_op(f"iq = linear({src} -> index_heads * index_head_dim{kw})", 2, group="indexer",
+    return [op_line(f"iq = linear({src} -> index_heads * index_head_dim{kw})", 2, group="indexer",
                 comment="lightning indexer"),
-            _op(f"ik = linear(h, hidden -> index_head_dim{kw})", 2),
-            _op("kn = layernorm(ik)", 2, comment="k_norm"),
-            _op(f"iw = linear(h, hidden -> index_heads{kw})", 2, comment="weights_proj"),
-            _op("sel = indexer(iq, kn, index_heads, index_head_dim, index_topk, kv=fp8)", 2,
+            op_line(f"ik = linear(h, hidden -> index_head_dim{kw})", 2),
+            op_line("kn = layernorm(ik)", 2, comment="k_norm"),
+            op_line(f"iw = linear(h, hidden -> index_heads{kw})", 2, comment="weights_proj"),
+            op_line("sel = indexer(iq, kn, index_heads, index_head_dim, index_topk, kv=fp8)", 2,
                 comment="scores every cached token, keeps index_topk")]
 
 
 def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:
     post = "po, " if arch.post_norms else ""
-    lines = [_op("h = rmsnorm(x)", 2, group="norm"),
-             _op(f"fuse add_norm {{ {post}x, h }}", 2,
+    lines = [op_line("h = rmsnorm(x)", 2, group="norm"),
+             op_line(f"fuse add_norm {{ {post}x, h }}", 2,
                  comment=f"{'norm + ' if post else ''}residual add + RMSNorm, one kernel")]
     if not kind.moe:
         bias = ", bias=1" if arch.mlp_bias else ""
         lines += _glu_lines(arch, "ffn", bias + _kw(arch, "mlp"), 2, "mlp")
         if arch.post_norms:
             return lines + _post_mlp_lines(arch)
-        return lines + [_op("x = add(x, d)", 2)] + _glu_fusions(arch, "gate_up", "down_add", "d")
+        return lines + [op_line("x = add(x, d)", 2)] + _glu_fusions(arch, "gate_up", "down_add", "d")
     return lines + _moe_lines(arch)
 
 
 def _post_mlp_lines(arch: Arch) -> list[str]:
     """Gemma's post_feedforward_layernorm before the residual add, fused with it."""
-    return [_op("pd = rmsnorm(d)", 2, group="norm", comment="post_feedforward_layernorm"),
-            _op("x = add(x, pd)", 2),
+    return [op_line("pd = rmsnorm(d)", 2, group="norm", comment="post_feedforward_layernorm"),
+            op_line("x = add(x, pd)", 2),
             _glu_fusions(arch, "gate_up", "", "d")[0],
-            _op("fuse post_norm_add { pd, x }", 2, comment="RMSNorm + residual add, one kernel")]
+            op_line("fuse post_norm_add { pd, x }", 2, comment="RMSNorm + residual add, one kernel")]
 
 
 def _glu_fusions(arch: Arch, up: str, down: str, d: str, prefix: str = "",
@@ -450,34 +450,34 @@ def _glu_fusions(arch: Arch, up: str, down: str, d: str, prefix: str = "",
     """`fuse` lines for a gated MLP: gate+up GEMM with its activation, then the down
     GEMM with the residual add (and a moe block's combine) in its epilogue."""
     g, u = f"{prefix}g", f"{prefix}u"
-    return [_op(f"fuse {up} {{ {g}, {u}, {d}.{arch.glu} }}", 2,
+    return [op_line(f"fuse {up} {{ {g}, {u}, {d}.{arch.glu} }}", 2,
                 comment="gate+up GEMM with the activation in its epilogue"),
-            _op(f"fuse {down} {{ {d},{combine} x }}", 2,
+            op_line(f"fuse {down} {{ {d},{combine} x }}", 2,
                 comment="residual add in the GEMM epilogue")]
 
 
 def _glu_lines(arch: Arch, width: str, kw: str, depth: int, group: str | None,
                prefix: str = "", comment: str | None = None) -> list[str]:
     g, u, d = f"{prefix}g", f"{prefix}u", f"{prefix}d"
-    return [_op(f"{g} = linear(h, hidden -> {width}{kw})", depth, group=group, comment=comment),
-            _op(f"{u} = linear(h, hidden -> {width}{kw})", depth),
-            _op(f"{d} = linear({arch.glu}({g}, {u}), {width} -> hidden{kw})", depth)]
+    return [op_line(f"{g} = linear(h, hidden -> {width}{kw})", depth, group=group, comment=comment),
+            op_line(f"{u} = linear(h, hidden -> {width}{kw})", depth),
+            op_line(f"{d} = linear({arch.glu}({g}, {u}), {width} -> hidden{kw})", depth)]
 
 
 def _moe_lines(arch: Arch) -> list[str]:
     moe = arch.experts
     assert moe is not None
     router = "r = router(h, hidden -> experts" + (", bias=1" if moe.router_bias else "")
-    lines = [_op(router + _kw(arch, "router") + ")", 2, group="router"),
-             _op("m = moe(h, experts=experts, top_k=top_k)", 2, group="experts", suffix="{")]
-    lines += [_op(_decl(k, v), 3) for k, v in arch.formats.overrides.get("experts", {}).items()]
+    lines = [op_line(router + _kw(arch, "router") + ")", 2, group="router"),
+             op_line("m = moe(h, experts=experts, top_k=top_k)", 2, group="experts", suffix="{")]
+    lines += [op_line(_decl(k, v), 3) for k, v in arch.formats.overrides.get("experts", {}).items()]
     bias = ", bias=1" if moe.bias else ""
     lines += _glu_lines(arch, "expert_ffn", bias, 3, None, comment="one expert's gated MLP")
-    lines += ["    }", _op("x = add(x, m)", 2)]
+    lines += ["    }", op_line("x = add(x, m)", 2)]
     lines += _glu_fusions(arch, "experts_up", "experts_down", "d", combine=" m,")
     if moe.shared_ffn:
         lines += _glu_lines(arch, "shared_ffn", _kw(arch, "shared_expert"), 2,
                             "shared_expert", prefix="s", comment="every token: always read")
-        lines.append(_op("x = add(x, sd)", 2))
+        lines.append(op_line("x = add(x, sd)", 2))
         lines += _glu_fusions(arch, "shared_up", "shared_add", "sd", prefix="s")
     return lines

@@ -29,7 +29,7 @@ from infest.dsl import ast
 from infest.dsl.errors import Span, did_you_mean, fail
 
 if TYPE_CHECKING:
-    from infest.compiler.core.elaborate import CompiledModel, OpNode
+    from infest.compiler.core.graph import CompiledModel, OpNode
     from infest.compiler.load.hardware import CompiledHardware
     from infest.compiler.core.ops import Tensor
 
@@ -172,10 +172,10 @@ def _saved_bytes(ops: list["OpNode"], group: dict[str, int],
 def _tensor_bytes(producer: "OpNode", mover: "OpNode") -> sympy.Expr:
     """Bytes `mover` moves of `producer`'s output: B*T rows at its activation dtype, k
     times inside a moe body (each token visits k experts)."""
-    from infest.compiler.core.ops import _b
+    from infest.compiler.core.ops import element_bytes
     from infest.compiler.core.symbols import B, T
     routed = mover.experts[1] if mover.experts is not None else 1
-    return B * T * producer.width * _b(mover.dtypes.act) * routed
+    return B * T * producer.width * element_bytes(mover.dtypes.act) * routed
 
 
 def split_at_collectives(model: "CompiledModel") -> "CompiledModel":

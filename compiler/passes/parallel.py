@@ -34,7 +34,7 @@ from infest.compiler.passes.policy import Policy
 from infest.compiler.core.symbols import B, PARALLEL, T, sym
 
 if TYPE_CHECKING:
-    from infest.compiler.core.elaborate import CompiledModel, OpNode
+    from infest.compiler.core.graph import CompiledModel, OpNode
 
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 ONE = sympy.Integer(1)
@@ -150,9 +150,9 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
                 name: str, count: sympy.Expr | None = None) -> None:
     """Append a collective op after `src`: `elements` values of the residual dtype
     (all-reduce) or the activation dtype (everything else) per call."""
-    from infest.compiler.core.ops import _b
+    from infest.compiler.core.ops import element_bytes
     dtype = src.dtypes.residual if kind == "all_reduce" else src.dtypes.act
-    cost = Cost(kernels=ONE, comm_bytes=elements * _b(dtype))
+    cost = Cost(kernels=ONE, comm_bytes=elements * element_bytes(dtype))
     calls = (src.count if count is None else count) * several(gpus)
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
                          params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,

@@ -22,7 +22,7 @@ from infest.dsl import ast
 from infest.dsl.errors import SpecError, did_you_mean, fail
 
 if TYPE_CHECKING:
-    from infest.compiler.core.elaborate import CompiledModel, OpNode
+    from infest.compiler.core.graph import CompiledModel, OpNode
 
 AXES = {"tp": "tensor parallel", "ep": "expert parallel"}
 MODES = ("all_reduce", "all_to_all")

@@ -49,11 +49,11 @@ def _write_xlsx(analysis, args: argparse.Namespace, overrides: dict) -> int:
 def _serving(analysis, args: argparse.Namespace):
     """The decode and prefill analyses for the Plan sheet (the one given and the other)."""
     from infest.compiler.api import analyze
-    from infest.exports.workbook.xlsx_plan import Serving
+    from infest.exports.workbook.xlsx_plan import Phases
     other = "prefill" if analysis.forms.phase == "decode" else "decode"
     second = analyze(args.spec, hw=args.hw, phase=other, model=args.model, policy=args.policy,
                      engine=args.engine)
-    return Serving(analysis, second) if other == "prefill" else Serving(second, analysis)
+    return Phases(analysis, second) if other == "prefill" else Phases(second, analysis)
 
 
 def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:

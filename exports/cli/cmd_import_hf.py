@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Import, then print the spec or write it to -o."""
-    from infest.compiler.hf.families import identifier, import_hf, sibling_quant_config
+    from infest.compiler.hf.families import identifier
+    from infest.compiler.hf.importer import import_hf, sibling_quant_config
     config = Path(args.config)
     quant = Path(args.quant_config) if args.quant_config else sibling_quant_config(config)
     name = args.name and identifier(args.name)

@@ -44,9 +44,9 @@ def make_engine(args: argparse.Namespace, policy: str | None = None):
     """The decode and prefill runners of the spec on the command line (from the private
     cache when nothing changed)."""
     from infest.compiler.backend.cache import cached_runner
-    from infest.compiler.analyses.serve import Engine
+    from infest.compiler.analyses.serve import Serving
     policy = policy if policy is not None else args.policy
-    return Engine(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model, policy=policy)
+    return Serving(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model, policy=policy)
                     for phase in ("decode", "prefill")), use=args.use)
 
 
@@ -75,11 +75,11 @@ def _draft(args: argparse.Namespace):
             raise fail(None, "--acceptance needs --draft SPEC")
         return None
     from infest.compiler.backend.cache import cached_runner
-    from infest.compiler.analyses.serve import Engine
+    from infest.compiler.analyses.serve import Serving
     from infest.compiler.analyses.speculative import Draft, check_draft
     if args.acceptance is None:
         raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
     check_draft(args.draft_len, args.acceptance)
-    engine = Engine(*(cached_runner(args.draft, args.hw, phase=phase)
+    engine = Serving(*(cached_runner(args.draft, args.hw, phase=phase)
                       for phase in ("decode", "prefill")), use=args.use)
     return Draft(engine, args.draft_len, args.acceptance)

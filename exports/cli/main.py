@@ -29,10 +29,20 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(1)
 
 
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's `version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("infest")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one sub-parser per verb (built lazily on use)."""
     parser = _Parser(prog="infest", description="Symbolic performance models of LLM inference.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"infest {package_version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for verb, (_, help_text) in VERBS.items():
         sub.add_parser(verb, help=help_text, add_help=False)

@@ -379,7 +379,7 @@ def bound_map(ax, ctx: _Ctx) -> None:
 def _bound_codes(ctx: _Ctx) -> Any:
     """The index in BOUND_TERMS of the binding ceiling, per cell (one grid evaluation)."""
     import numpy as np
-    from infest.compiler.backend.runner import step_bound
+    from infest.compiler.backend.report import step_bound
     from infest.compiler.core.terms import BOUND_TERMS
     shape = (len(ctx.Bs), len(ctx.Ns))
     names = np.broadcast_to(step_bound(ctx.grid(ctx.Bs, ctx.Ns)), shape)

@@ -13,20 +13,16 @@ spreadsheet engine gives the numbers `infest eval` gives for those inputs.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import sympy
-from openpyxl import Workbook
 from openpyxl.chart import Reference, ScatterChart, Series
-from openpyxl.comments import Comment
 from openpyxl.formatting.rule import FormulaRule
-from openpyxl.styles import Alignment, Font, PatternFill
+from openpyxl.styles import Alignment, Font
 from openpyxl.utils import get_column_letter
-from openpyxl.workbook.defined_name import DefinedName
 from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.load.hardware import field_doc, may_be_zero
@@ -36,103 +32,24 @@ from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.core.ops import KV_ELEM_NAME
 from infest.compiler.core.symbols import BUILTIN_DOC, sym
-from infest.exports.workbook.excel_printer import excel_formula_split
+from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
+                                          OOM_FILL, OOM_FONT, PARALLEL_DOC, UNFIT_FILL, UNFIT_FONT,
+                                          Builder, live_cell, set_formula, unit_of)
 from infest.exports.workbook.xlsx_names import Namer
+
+from infest.exports.workbook.xlsx_plan import Phases, plan_sheet
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
-    from infest.exports.workbook.xlsx_plan import Serving
-
-INPUT_FONT = Font(color="0000FF")
-INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")
-HEADER_FONT = Font(bold=True)
-DERIVED_FONT = Font(color="808080", italic=True)  # computed, not to be edited
-OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
-OOM_FONT = Font(color="808080", strike=True)
-UNFIT_FILL = PatternFill("solid", fgColor="FFC7CE")  # Excel's own "bad" red
-UNFIT_FONT = Font(color="9C0006", bold=True)
-NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not computing
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
-# The unit an input is typed in: base dimension -> (base units per human unit, unit).
-HUMAN = {"bytes": (Fraction(10**9), "GB"), "bytes/s": (Fraction(10**12), "TB/s"),
-         "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us")}
-KEY_UNITS = {"flops": "FLOP", "kernels": "launches", "tokens_per_s": "tokens/s",
-             "max_batch": "sequences", "max_context": "tokens", "fits": "", "bound": ""}
-
-PARALLEL_DOC = {"tp": "tensor parallel degree", "ep": "expert parallel degree (divides tp x dp)",
-                "pp": "pipeline stages", "dp": "data parallel replicas (B / dp each)"}
-
-_CELL_LIKE = re.compile(r"^([A-Za-z]{1,3}[0-9]+|[RrCc]|[Rr][0-9]*[Cc][0-9]*)$")
-
-
-def check_excel_name(name: str) -> str:
-    """Return `name` if Excel accepts it as a defined name, else raise ValueError."""
-    if not re.fullmatch(r"[A-Za-z_\\][A-Za-z0-9_.]*", name) or len(name) > 255:
-        raise ValueError(f"{name!r} is not a valid Excel name")
-    if _CELL_LIKE.match(name) or name.upper() in ("TRUE", "FALSE"):
-        raise ValueError(f"{name!r} looks like a cell reference")
-    return name
-
-
-def unit_of(key: str) -> str:
-    """Base unit of a memory/step key, from its name."""
-    if key in KEY_UNITS:
-        return KEY_UNITS[key]
-    if key.endswith("_s"):
-        return "s"
-    return "bytes" if "bytes" in key else ""
-
-
-@dataclass
-class _Builder:
-    """Workbook state: sheets, defined names, helper cells for long formulas."""
-
-    analysis: "Analysis"
-    overrides: Mapping[str, Any]
-    wb: Workbook = field(default_factory=Workbook)
-    names: dict[sympy.Symbol, str] = field(default_factory=dict)
-    helpers: dict[sympy.Basic, str] = field(default_factory=dict)
-    namer: Namer = field(default_factory=Namer)
-
-    def define(self, name: str, sheet: str, cell: str) -> None:
-        """A workbook-scoped defined name for one cell."""
-        check_excel_name(name)
-        col, row = re.match(r"([A-Z]+)(\d+)", cell).groups()  # type: ignore[union-attr]
-        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{sheet}!${col}${row}")
-
-    def formula(self, expr: sympy.Basic, names: Mapping[sympy.Symbol, str] | None = None,
-                allocate: Callable[[sympy.Basic], str] | None = None) -> str:
-        """`=...` for an expression, long parts hoisted into helper cells."""
-        return "=" + excel_formula_split(expr, names or self.names, allocate or self._helper)
-
-    def _helper(self, expr: sympy.Basic) -> str:
-        """A cell on the Helpers sheet holding a hoisted subexpression (shared)."""
-        if expr not in self.helpers:
-            ws = self.wb["Helpers"]
-            row = ws.max_row + 1
-            self.helpers[expr] = f"Helpers!$B${row}"
-            ws.cell(row, 1, f"h{row}")
-            _set_formula(ws.cell(row, 2), self.formula(expr), expr)
-        return self.helpers[expr]
-
-
-def _set_formula(cell, text: str, expr: sympy.Basic | str) -> None:
-    """A formula cell with its symbolic form as a note."""
-    cell.value = text
-    note = str(expr)
-    if len(note) > NOTE_CHARS:
-        note = note[:NOTE_CHARS] + " ..."
-    cell.comment = Comment(note, "infest")
-
-
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
-                   serving: "Serving | None" = None) -> Path:
+                   serving: "Phases | None" = None) -> Path:
     """Write the workbook for an analysis (hardware required) at the given inputs; with
     `serving` (the decode and prefill analyses), a Plan sheet too (exports/workbook/xlsx_plan.py)."""
-    b = _Builder(analysis, overrides)
+    b = Builder(analysis, overrides)
     b.wb.active.title = "How to use"
     for title in ("Inputs", "Summary", "Ops", "Sweep", "Charts", "Helpers"):
         b.wb.create_sheet(title)
@@ -142,7 +59,6 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     _summary_sheet(b, ops_rows)
     _sweep_sheet(b)
     if serving is not None:
-        from infest.exports.workbook.xlsx_plan import plan_sheet
         plan_sheet(b, serving)
     _charts_sheet(b)
     if not b.helpers:  # no formula needed splitting: no empty sheet
@@ -182,14 +98,14 @@ HOW_TO = [
      "step's share. bound names the largest term."),
     ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
      "from the chart-data grids (points that fit only)."),
-    ("Plan", "Serving as `infest serve` computes it (static batching): users, concurrency "
+    ("Plan", "Phases as `infest serve` computes it (static batching): users, concurrency "
      "per replica, ISL, OSL, the TPOT and TTFT limits and a layout of its own in; TTFT, "
      "TPOT, E2E, tokens/s, GPUs needed, fits and whether the limits hold out (plan_<key>). "
      "TPOT averages the decode step over the context table beside it."),
 ]
 
 
-def _how_to_sheet(b: _Builder) -> None:
+def _how_to_sheet(b: Builder) -> None:
     ws = b.wb["How to use"]
     ws.cell(1, 1, f"{b.analysis.model.name} on {b.analysis.hardware.name}: a live workbook "
                   f"({b.analysis.forms.phase})").font = Font(bold=True, size=13)
@@ -203,7 +119,7 @@ def _how_to_sheet(b: _Builder) -> None:
 
 # ---- Inputs ---------------------------------------------------------------------
 
-def _input_rows(b: _Builder) -> list[tuple[str, Any, str, str, str]]:
+def _input_rows(b: Builder) -> list[tuple[str, Any, str, str, str]]:
     """(name, value, unit, description, kind) for every input, hardware fields included."""
     inputs = {i.name: i for i in b.analysis.inputs(b.overrides)}
     hw = b.analysis.hardware
@@ -216,7 +132,7 @@ def _input_rows(b: _Builder) -> list[tuple[str, Any, str, str, str]]:
     return rows
 
 
-def _describe_input(b: _Builder, name: str) -> tuple[str, str, str]:
+def _describe_input(b: Builder, name: str) -> tuple[str, str, str]:
     """(unit, description, kind) of one input."""
     if name in BUILTIN_DOC:
         return ("sequences" if name == "B" else "tokens"), BUILTIN_DOC[name], "builtin"
@@ -233,7 +149,7 @@ def _describe_input(b: _Builder, name: str) -> tuple[str, str, str]:
     return dim or unit, doc, "hardware"
 
 
-def _inputs_sheet(b: _Builder) -> None:
+def _inputs_sheet(b: Builder) -> None:
     ws = b.wb["Inputs"]
     ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind"])
     rules = _validations(ws)
@@ -259,7 +175,7 @@ def _validations(ws) -> dict[str, DataValidation]:
     return rules
 
 
-def _validation_kind(b: _Builder, item: tuple) -> str:
+def _validation_kind(b: Builder, item: tuple) -> str:
     """Whole: batch, context, tokens, parallel degrees, counts and integral model params."""
     name, value, unit, _doc, kind = item
     if may_be_zero(name):
@@ -273,7 +189,7 @@ def _validation_kind(b: _Builder, item: tuple) -> str:
     return "positive"
 
 
-def _input_row(b: _Builder, ws, row: int, item: tuple) -> None:
+def _input_row(b: Builder, ws, row: int, item: tuple) -> None:
     """The input in its human unit (the editable, named cell); beside it, for inputs
     with a human unit, its base-unit value as a grey formula that the forms use."""
     name, value, unit, doc, kind = item
@@ -330,7 +246,7 @@ def _op_letters() -> dict[str, str]:
     return {key: get_column_letter(i) for i, key in enumerate(keys, start=_FIRST_COL)}
 
 
-def _ops_sheet(b: _Builder) -> tuple[int, int]:
+def _ops_sheet(b: Builder) -> tuple[int, int]:
     """A row per op; returns the (first, last) data rows for the Summary's sums."""
     ws = b.wb["Ops"]
     keys = OP_COLUMNS + OP_DERIVED
@@ -340,7 +256,7 @@ def _ops_sheet(b: _Builder) -> tuple[int, int]:
         ws.cell(row, 2, node.kind)
         ws.cell(row, 3, node.group)
         for col, key in enumerate(OP_COLUMNS, start=_FIRST_COL):
-            _set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
+            set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
         _op_derived(ws, row)
         for col, key in enumerate(keys, start=_FIRST_COL):
             ws.cell(row, col).number_format = _op_format(key)
@@ -384,7 +300,7 @@ def _op_derived(ws, row: int) -> None:
                f"={c['time_s']}*{c['count']}", _op_bound_formula(c)]
     start = _FIRST_COL + len(OP_COLUMNS)
     for col, text in enumerate(derived, start=start):
-        _set_formula(ws.cell(row, col), text, text[1:])
+        set_formula(ws.cell(row, col), text, text[1:])
 
 
 def _op_bound_formula(c: dict[str, str]) -> str:
@@ -403,7 +319,7 @@ def _op_bound_formula(c: dict[str, str]) -> str:
 
 # ---- Summary --------------------------------------------------------------------
 
-def _summary_rows(b: _Builder) -> list[tuple[str, str, sympy.Basic]]:
+def _summary_rows(b: Builder) -> list[tuple[str, str, sympy.Basic]]:
     """(section, key, form) of every Summary row: params (total, active, per group),
     memory, step and the binding ceilings."""
     forms = b.analysis.forms
@@ -414,7 +330,7 @@ def _summary_rows(b: _Builder) -> list[tuple[str, str, sympy.Basic]]:
     return rows + [("bound", k, forms.bound_terms[k]) for k in BOUND_TERMS]
 
 
-def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
+def _summary_sheet(b: Builder, ops_rows: tuple[int, int]) -> None:
     ws = b.wb["Summary"]
     ws.append(["key", "value", "unit", "human", "human unit", "also", "note"])
     rows = _summary_rows(b)
@@ -423,7 +339,7 @@ def _summary_sheet(b: _Builder, ops_rows: tuple[int, int]) -> None:
         ws.cell(row, 1, f"{section}.{key}")
         b.define(_name_of(section, key), "Summary", f"B{row}")
         text = _summary_formula(b, namer, (section, key, expr), ops_rows)
-        _set_formula(ws.cell(row, 2), text, expr)
+        set_formula(ws.cell(row, 2), text, expr)
         _summary_units(ws, row, section, key)
     where = {(s, k): r for r, (s, k, _) in enumerate(rows, start=2)}
     _bound_row(b, ws, len(rows) + 2, where)
@@ -447,7 +363,7 @@ def _mark_summary_unfit(ws, where: dict) -> None:
     ws.cell(where[("memory", "fits")], 6, '=IF(out_fits,"fits","DOES NOT FIT in memory")')
 
 
-def _summary_formula(b: _Builder, namer: Namer, row: tuple[str, str, sympy.Basic],
+def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic],
                      ops_rows: tuple[int, int]) -> str:
     """Step totals sum the Ops sheet (count x per-op cell); the rest print their form,
     with the parts that are other Summary cells written as those cells' names."""
@@ -517,7 +433,7 @@ def _summary_units(ws, row: int, section: str, key: str) -> None:
         ws.cell(row, 5, "billion")
 
 
-def _bound_row(b: _Builder, ws, row: int, where: dict) -> None:
+def _bound_row(b: Builder, ws, row: int, where: dict) -> None:
     """`out_bound`: the largest of the four ceilings, ties in the evaluator's order."""
     refs = [f"B{where[('bound', k)]}" for k in BOUND_TERMS]
     biggest = f"MAX({','.join(refs)})"
@@ -525,7 +441,7 @@ def _bound_row(b: _Builder, ws, row: int, where: dict) -> None:
     for name, ref in reversed(list(zip(BOUND_TERMS[:-1], refs[:-1]))):
         text = f'IF({ref}={biggest},"{name}",{text})'
     ws.cell(row, 1, "step.bound")
-    _set_formula(ws.cell(row, 2), "=" + text, "argmax(" + ", ".join(BOUND_TERMS) + ")")
+    set_formula(ws.cell(row, 2), "=" + text, "argmax(" + ", ".join(BOUND_TERMS) + ")")
     b.define("out_bound", "Summary", f"B{row}")
 
 
@@ -553,7 +469,7 @@ def _grids() -> list[_Grid]:
     return [_Grid(title, key, 2 + i * _HEIGHT) for i, (title, key) in enumerate(titles)]
 
 
-def _sweep_sheet(b: _Builder) -> None:
+def _sweep_sheet(b: Builder) -> None:
     ws = b.wb["Sweep"]
     ws.cell(1, 1, "B down, N across; other inputs from the Inputs sheet. Grey cells do not "
                   "fit in memory, or lie past the model's trained context: not achievable. "
@@ -596,7 +512,7 @@ def _header(cell) -> None:
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
 
 
-def _value_grid(b: _Builder, ws, grid: _Grid, expr: sympy.Basic) -> None:
+def _value_grid(b: Builder, ws, grid: _Grid, expr: sympy.Basic) -> None:
     """The form over each cell's own B and N headers."""
     readable = b.namer.rewrite(expr, free_of=frozenset({sym("B"), sym("N")}))
     b.names.update(b.namer.symbols)
@@ -610,7 +526,7 @@ def _value_grid(b: _Builder, ws, grid: _Grid, expr: sympy.Basic) -> None:
 _GRID_FORMATS = {"tokens_per_s": "#,##0.0", "time_s": "##0.000E+0"}
 
 
-def _cell_names(b: _Builder, row: int, col: int, header_row: int) -> dict:
+def _cell_names(b: Builder, row: int, col: int, header_row: int) -> dict:
     letter = get_column_letter(col)
     names = dict(b.names)
     names[sym("B")] = f"Sweep!$A{row}"
@@ -618,28 +534,8 @@ def _cell_names(b: _Builder, row: int, col: int, header_row: int) -> dict:
     return names
 
 
-def _sweep_cell(b: _Builder, ws, row: int, col: int, grid: _Grid, forms: tuple) -> None:
+def _sweep_cell(b: Builder, ws, row: int, col: int, grid: _Grid, forms: tuple) -> None:
     live_cell(b, ws.cell(row, col), _cell_names(b, row, col, grid.top + 1), forms, "Sweep")
-
-
-def live_cell(b: _Builder, cell, names: Mapping[sympy.Symbol, str], forms: tuple,
-              mirror_prefix: str) -> None:
-    """A formula cell of `forms` = (readable, expr) whose symbols print as `names` (its
-    own B, N, ... cells); parts too long for one formula move to mirror sheets
-    `<prefix>_h1`, `_h2`, ... at this cell's own position."""
-    readable, expr = forms
-    hoisted: dict[sympy.Basic, str] = {}
-
-    def allocate(sub: sympy.Basic) -> str:
-        # One cell per mirror sheet and position: the part's references stay this cell's.
-        if sub not in hoisted:
-            title = f"{mirror_prefix}_h{len(hoisted) + 1}"
-            mirror = b.wb[title] if title in b.wb.sheetnames else b.wb.create_sheet(title)
-            hoisted[sub] = f"'{title}'!{cell.column_letter}{cell.row}"
-            mirror.cell(cell.row, cell.column, "=" + excel_formula_split(sub, names, allocate))
-        return hoisted[sub]
-
-    _set_formula(cell, "=" + excel_formula_split(readable, names, allocate), expr)
 
 
 def _mark_unfit(ws, grid: _Grid, fits: _Grid, trained: str | None) -> None:
@@ -667,7 +563,7 @@ def _chart_grid(ws, grid: _Grid, values: _Grid, fits: _Grid, trained: str | None
             ws.cell(grid.top + 2 + i, j).number_format = _GRID_FORMATS[values.key]
 
 
-def _charts_sheet(b: _Builder) -> None:
+def _charts_sheet(b: Builder) -> None:
     ws = b.wb["Charts"]
     sweep = b.wb["Sweep"]
     grids = {g.key: g for g in _grids()}
@@ -676,7 +572,7 @@ def _charts_sheet(b: _Builder) -> None:
     ws.add_chart(_by_context_chart(b, sweep, grids["chart.time_s"], ranges["time_s"]), "A20")
 
 
-def _chart_ranges(b: _Builder) -> dict[str, tuple[float, float]]:
+def _chart_ranges(b: Builder) -> dict[str, tuple[float, float]]:
     """Powers of ten around the values of the points that fit (at the write-time inputs,
     contexts the model was trained for), so the log axes span the data."""
     from infest.compiler.analyses.sweep import sweep, within_trained_context
@@ -711,7 +607,7 @@ def _titled(chart: ScatterChart, title: str, x: str, y: str,
     return chart
 
 
-def _by_batch_chart(b: _Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
+def _by_batch_chart(b: Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
     """tokens/s against batch, one series per context (points that fit only)."""
     chart = _titled(ScatterChart(), f"{b.analysis.model.name}: tokens/s vs batch (fits only)",
                     "batch B (sequences)", "tokens/s (upper bound)",
@@ -726,7 +622,7 @@ def _by_batch_chart(b: _Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
     return chart
 
 
-def _by_context_chart(b: _Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
+def _by_context_chart(b: Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
     """step time against context, one series per batch size (points that fit only)."""
     chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context (fits only)",
                     "context N (tokens)", "step time with launch floor (s)",

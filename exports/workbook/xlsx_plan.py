@@ -30,8 +30,8 @@ from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.compiler.analyses.serve import CONTEXT_POINTS, METRIC_KEYS, USES
 from infest.compiler.core.symbols import sym
-from infest.exports.workbook.xlsx import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT, UNFIT_FILL,
-                                 UNFIT_FONT, _Builder, _set_formula, live_cell)
+from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT, UNFIT_FILL,
+                                          UNFIT_FONT, Builder, live_cell, set_formula)
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -55,17 +55,17 @@ TABLE_HEADER = ["k", "counted", "context N (tokens)", "decode step, estimate (s)
 
 
 @dataclass(frozen=True)
-class Serving:
+class Phases:
     """The decode and prefill analyses the Plan sheet prints (one spec, hardware, policy)."""
 
     decode: "Analysis"
     prefill: "Analysis"
 
 
-def plan_sheet(b: _Builder, serving: Serving) -> None:
+def plan_sheet(b: Builder, serving: Phases) -> None:
     """Write the Plan sheet (see the module doc)."""
     ws = b.wb.create_sheet(SHEET, index=b.wb.sheetnames.index("Sweep") + 1)
-    ws.cell(1, 1, "Serving as `infest serve` computes it (static batching: C requests "
+    ws.cell(1, 1, "Phases as `infest serve` computes it (static batching: C requests "
                   "prefill together, then decode together). Edit the blue cells; the "
                   "layout here is this sheet's own.").font = HEADER_FONT
     ws.append([])
@@ -79,7 +79,7 @@ def plan_sheet(b: _Builder, serving: Serving) -> None:
         ws.column_dimensions[col].width = width
 
 
-def _inputs(b: _Builder, ws, row: int) -> int:
+def _inputs(b: Builder, ws, row: int) -> int:
     """The request and layout input cells; returns the next free row."""
     whole = DataValidation(type="whole", operator="greaterThan", formula1="0",
                            error="a whole number, 1 or more")
@@ -106,7 +106,7 @@ def _label(ws, row: int, key: str, unit: str, note: str) -> None:
     ws.cell(row, 5, note)
 
 
-def _derived(b: _Builder, ws, row: int, key: str, text: str | Callable, unit: str,
+def _derived(b: Builder, ws, row: int, key: str, text: str | Callable, unit: str,
              note: str) -> int:
     """One named output row: a formula, or a callable that writes the cell itself."""
     cell = ws.cell(row, 2)
@@ -114,7 +114,7 @@ def _derived(b: _Builder, ws, row: int, key: str, text: str | Callable, unit: st
     if callable(text):
         text(cell)
     else:
-        _set_formula(cell, text, text[1:])
+        set_formula(cell, text, text[1:])
     cell.number_format = _FORMATS.get(unit, "General")
     _label(ws, row, key, unit, note)
     return row + 1
@@ -124,7 +124,7 @@ _FORMATS = {"s": "0.000E+00", "tokens/s": "#,##0.0", "requests/s": "#,##0.000",
             "GPUs": "#,##0", "tokens": "#,##0", "replicas": "#,##0"}
 
 
-def _layout_names(b: _Builder) -> dict[sympy.Symbol, str]:
+def _layout_names(b: Builder) -> dict[sympy.Symbol, str]:
     """Symbols as printed on this sheet: the Inputs sheet's names, the layout's own."""
     return {**b.names, **{sym(p): f"plan_{p}" for p in PARALLEL}}
 
@@ -134,7 +134,7 @@ def _layout_names(b: _Builder) -> dict[sympy.Symbol, str]:
 _BOUND = frozenset(sym(n) for n in ("B", "N", "T", *PARALLEL))
 
 
-def _live(b: _Builder, cell, expr: sympy.Basic, point: dict[str, str], prefix: str) -> None:
+def _live(b: Builder, cell, expr: sympy.Basic, point: dict[str, str], prefix: str) -> None:
     """`expr` with T = 1 (one new token per decode step) over this sheet's cells."""
     expr = expr.xreplace({sym("T"): sympy.Integer(1)})
     readable = b.namer.rewrite(expr, free_of=_BOUND)
@@ -152,7 +152,7 @@ class _Table:
     bound: str
 
 
-def _context_table(b: _Builder, ws, decode: "Analysis") -> _Table:
+def _context_table(b: Builder, ws, decode: "Analysis") -> _Table:
     """CONTEXT_POINTS rows: k, counted (1/0), N_k, the decode step at B, N_k (estimate
     and bound). serve's contexts: ISL + k while OSL - 1 <= CONTEXT_POINTS, else
     ISL + floor((2k + 1)(OSL - 1) / (2 CONTEXT_POINTS)); uncounted rows repeat a real one."""
@@ -180,7 +180,7 @@ def _context_formula(k: str) -> str:
     return f"=plan_isl+IF(plan_steps<={CONTEXT_POINTS},MIN({k},plan_steps-1),{slices})"
 
 
-def _derived_rows(b: _Builder, s: Serving, t: _Table) -> list[tuple]:
+def _derived_rows(b: Builder, s: Phases, t: _Table) -> list[tuple]:
     """(key, formula or cell writer, unit, note) of every output row, in order."""
     def form(expr: sympy.Basic, n: str) -> Callable:
         return lambda cell: _live(b, cell, expr, {"B": "plan_batch", "N": n}, SHEET)
@@ -220,7 +220,7 @@ def _metric_rows(p: str, ttft: Callable, tpot: str) -> list[tuple]:
     return [(p + k, rows[k][0], rows[k][1], what + rows[k][2]) for k in keys]
 
 
-def _demand_rows(b: _Builder) -> list[tuple]:
+def _demand_rows(b: Builder) -> list[tuple]:
     """Replicas and GPUs for the users, the limits, and one verdict."""
     rows = [
         ("replicas", "=-INT(-plan_users/plan_concurrency)", "replicas", "ceil(users / C)"),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from infest.dsl.errors import Collector, Span, SpecError, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
+from infest.compiler.load.estimate_fields import ESTIMATE_DEFAULTS, ESTIMATE_FIELDS
 
 # Known fields and the dimension of their unit; others may carry any unit.
 FIELD_DOC = {
@@ -24,6 +25,7 @@ FIELD_DOC = {
     "eff_mem": ("achievable share of mem_bw (estimate)", COUNT),
     "eff_flops": ("achievable share of every flops_* peak (estimate)", COUNT),
     "eff_link": ("achievable share of link and network speed (estimate)", COUNT),
+    **{f.name: (f.doc + " (estimate)", f.dimension) for f in ESTIMATE_FIELDS},
 }
 # Efficiencies: achievable ceiling / datasheet ceiling, in (0, 1]. The estimate divides
 # each bound term by its efficiency (compiler/core/terms.py), so it never beats the bound. A
@@ -48,7 +50,9 @@ MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),
 # hits: compiler/passes/offload.py). Bandwidths, peaks and capacities divide or bound, so they
 # stay positive.
 MAY_BE_ZERO = frozenset({"launch_overhead", "link_latency", "net_latency", "gpu_experts",
-                         "hit_rate"})
+                         "hit_rate"} | {f.name for f in ESTIMATE_FIELDS if f.may_be_zero})
+# Shares in (0, 1]: the efficiencies above and the estimate's own (eff_attn).
+SHARES = frozenset(EFFICIENCIES) | {f.name for f in ESTIMATE_FIELDS if f.share}
 FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
 _COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "
@@ -79,13 +83,14 @@ class CompiledHardware:
 
 
 def efficiencies(fields: Mapping[str, HwValue]) -> dict[str, Fraction]:
-    """A hardware's efficiencies: its eff_* fields, else measured / datasheet ceilings
-    where it carries both (MEASURED), else the documented defaults (EFFICIENCIES)."""
-    out = dict(EFFICIENCIES)
+    """A hardware's efficiencies and the estimate's other parameters: its own fields, else
+    measured / datasheet ceilings where it carries both (MEASURED), else the documented
+    defaults (EFFICIENCIES, compiler/load/estimate_fields.py)."""
+    out = {**EFFICIENCIES, **ESTIMATE_DEFAULTS}
     for eff, (measured, peak) in MEASURED.items():
         if measured in fields and peak in fields:
             out[eff] = min(Fraction(1), fields[measured].value / fields[peak].value)
-    out.update({k: fields[k].value for k in EFFICIENCIES if k in fields})
+    out.update({k: fields[k].value for k in out if k in fields})
     return out
 
 
@@ -108,14 +113,14 @@ def field_doc(name: str) -> tuple[str, str]:
 
 def sign_rule(name: str) -> str:
     """What a field's value must be, for messages: "positive", "0 or more" or "in (0, 1]"."""
-    if name in EFFICIENCIES:
+    if name in SHARES:
         return "in (0, 1]"
     return "0 or more" if may_be_zero(name) else "positive"
 
 
 def in_range(name: str, value: Fraction) -> bool:
     """Whether a hardware field (or a --set of it) may take this value."""
-    if name in EFFICIENCIES:
+    if name in SHARES:
         return 0 < value <= 1
     return value > 0 or (value == 0 and may_be_zero(name))
 
@@ -153,5 +158,5 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if not in_range(f.name, f.value.value):
         raise fail(f.value.span, f"'{f.name}' must be {sign_rule(f.name)}",
                    "an efficiency is achievable / datasheet speed, e.g. eff_mem = 0.85"
-                   if f.name in EFFICIENCIES else None)
+                   if f.name in SHARES else None)
     return HwValue(f.value.value, got or want, f.span)

@@ -11,6 +11,10 @@ MEASUREMENTS.csv has a header row and one row per measurement:
     B, N, T    global batch, cached context (prefill: prompt length), new tokens per
                sequence (empty: 1; empty in prefill, where T is the prompt)
     step_s     the measured time of one step, in seconds
+    quantity   what `measured` is (empty: step_s): step_s, tpot_s (a decode row: TPOT of
+               every user decoding at B = concurrency, the decode step) or ttft_s (a
+               prefill row: the prefill step plus the per-request overhead)
+    measured   the measured quantity in seconds (empty: step_s)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
 the sum over ops of count x max over time terms of term / its efficiency
@@ -32,6 +36,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from infest.compiler.load.estimate_fields import ESTIMATE_DEFAULTS
 from infest.compiler.load.hardware import CompiledHardware, efficiencies
 from infest.compiler.core.terms import TIME_TERMS, derated
 from infest.dsl.errors import Span, fail
@@ -42,7 +47,10 @@ EFF_MIN = 0.02               # the lowest efficiency the search tries (50x below
 GRID = 41                    # candidates per coefficient per round
 ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
 FITTED = tuple(t.eff for t in TIME_TERMS if t.eff)
-REQUIRED = ("spec", "hardware", "B", "N", "step_s")
+# Every parameter the estimate reads besides the time terms (Prepared.estimate).
+ESTIMATE_PARAMS = tuple(dict.fromkeys(FITTED + tuple(ESTIMATE_DEFAULTS)))
+REQUIRED = ("spec", "hardware", "B", "N")
+QUANTITIES = {"step_s": None, "tpot_s": "decode", "ttft_s": "prefill"}  # and the phase each needs
 LAYOUT = ("tp", "ep", "pp", "dp")
 
 
@@ -57,25 +65,44 @@ class Row:
     policy: str | None
     engine: str | None
     point: dict[str, int]        # B, N, T (decode), tp, ep, pp, dp
-    step_s: float
+    step_s: float                # the measured quantity, seconds
     text: dict[str, str] = field(default_factory=dict)   # every column as written
+
+
+PARTS = ("scale", "attn", "comm_fixed", "comm_steps")   # compiler/forms/estimate.py op_parts
 
 
 @dataclass
 class Prepared:
-    """A row evaluated once: per-op counts and time terms, and its bound (roofline)."""
+    """A row evaluated once: per-op counts, time terms and estimate parts, its bound
+    (roofline_s), its overlap floor and the inputs it was evaluated at."""
 
     row: Row
     count: np.ndarray
-    terms: dict[str, np.ndarray]
+    terms: dict[str, np.ndarray]     # t_*_s and time_s and kernels, per op
+    parts: dict[str, np.ndarray]     # PARTS, per op
     bound_s: float
+    floor_s: float
+    inputs: dict[str, float]
 
-    def estimate(self, effs: Mapping[str, Any]) -> Any:
-        """Step estimate at these efficiencies (scalars or arrays that broadcast)."""
-        shape = np.broadcast_shapes(*(np.shape(v) for v in effs.values()))
-        columns = {k: np.broadcast_to(v, shape)[..., None] for k, v in effs.items()}
-        worst = np.maximum.reduce(np.broadcast_arrays(*derated(self.terms, columns)))
-        return np.sum(self.count * worst, axis=-1)
+    def estimate(self, params: Mapping[str, Any]) -> Any:
+        """The row's estimate (compiler/forms/estimate.py) at these parameters (scalars or
+        arrays that broadcast; others at the row's inputs), plus the per-request overhead
+        for a TTFT row."""
+        v = {**self.inputs, **params}
+        t, p = self.terms, self.parts
+        col = {k: np.asarray(v[k], float)[..., None] for k in ESTIMATE_PARAMS}
+        eff = np.where(p["attn"] > 0, col["eff_attn"], col["eff_flops"])
+        work = np.maximum(t["t_compute_s"] * p["scale"] / eff, t["t_memory_s"] / col["eff_mem"])
+        comm = p["comm_fixed"] + p["comm_steps"] * col["coll_step_latency"] + \
+            (t["t_comm_s"] - p["comm_fixed"]) / col["eff_link"]
+        kernels = np.where(p["comm_steps"] > 0, 0.0, t["kernels"]) * col["kernel_latency"]
+        serial = kernels + work + comm + t["t_host_s"] / col["eff_link"]
+        step = np.sum(self.count * np.maximum(t["time_s"], serial), axis=-1)
+        extra = col["step_overhead"][..., 0]
+        if quantity(self.row) == "ttft_s":
+            extra = extra + col["request_overhead"][..., 0]
+        return step + extra
 
 
 def read_measurements(path: Path) -> list[Row]:
@@ -109,12 +136,26 @@ def _row(record: Mapping[str, str | None], span: Span) -> Row:
         point["T"] = _whole(text, "T", span, 1)
     elif text.get("T"):
         raise fail(span, "T is empty in prefill", "prefill processes T = N prompt tokens")
-    step = _number(text, "step_s", span)
+    step = _number(text, "measured" if text.get("measured") else "step_s", span)
+    _check_quantity(text, phase, span)
     for name in ("spec", "hardware"):
         if not text.get(name):
             raise fail(span, f"the row has no {name}")
     return Row(span, text["spec"], text["hardware"], phase, text.get("policy") or None,
                text.get("engine") or None, point, step, text)
+
+
+def _check_quantity(text: Mapping[str, str], phase: str, span: Span) -> None:
+    quantity = text.get("quantity") or "step_s"
+    if quantity not in QUANTITIES:
+        raise fail(span, f"quantity {quantity!r}: use {', '.join(QUANTITIES)}")
+    if QUANTITIES[quantity] not in (None, phase):
+        raise fail(span, f"quantity {quantity} is measured on a {QUANTITIES[quantity]} row, not {phase}")
+
+
+def quantity(row: Row) -> str:
+    """What a row measured: step_s, tpot_s or ttft_s."""
+    return row.text.get("quantity") or "step_s"
 
 
 def _whole(text: Mapping[str, str], key: str, span: Span, default: int | None) -> int:
@@ -145,12 +186,28 @@ def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
         spec = base / row.spec if (base / row.spec).exists() else Path(row.spec)
         key = (str(spec), row.phase, row.policy, row.engine)
         if key not in cache:
-            cache[key] = analyze(spec, hw=hw, phase=row.phase, policy=row.policy, engine=row.engine)
-        out.append(_prepared(row, cache[key].runner))
+            analysis = analyze(spec, hw=hw, phase=row.phase, policy=row.policy, engine=row.engine)
+            cache[key] = (analysis.runner, _parts_function(analysis))
+        out.append(_prepared(row, *cache[key]))
     return out
 
 
-def _prepared(row: Row, runner) -> Prepared:
+def _parts_function(analysis) -> Any:
+    """A numpy function of the inputs giving every op's PARTS (compiler/forms/estimate.py),
+    in the phase's variables (prefill: T -> N, an empty cache)."""
+    import sympy
+    from infest.compiler.api import links_of
+    from infest.compiler.core.symbols import N, T
+    from infest.compiler.forms.estimate import op_parts
+    forms, links = analysis.forms, links_of(analysis.hardware)
+    swap = {T: N, N: sympy.Integer(0)} if forms.phase == "prefill" else {}
+    exprs = [op_parts(node, links)[k].xreplace(swap) for node in forms.model.ops for k in PARTS]
+    names = sorted({s.name for e in exprs for s in e.free_symbols})
+    fn = sympy.lambdify([sympy.Symbol(n) for n in names], exprs, modules="numpy")
+    return lambda point: np.array(fn(*(point[n] for n in names)), float).reshape(-1, len(PARTS))
+
+
+def _prepared(row: Row, runner, parts_of) -> Prepared:
     from infest.compiler.backend.finite import check_finite
     from infest.dsl.errors import SpecError
     try:
@@ -162,10 +219,14 @@ def _prepared(row: Row, runner) -> Prepared:
         raise fail(row.span, f"this measurement cannot be evaluated: {exc.diagnostics[0].message}",
                    exc.diagnostics[0].hint) from None
     n = len(runner.ops)
-    ops = [{k: float(values[f"ops.{i}.{k}"]) for k in ("count",) + tuple(t.key for t in TIME_TERMS)}
-           for i in range(n)]
-    terms = {t.key: np.array([o[t.key] for o in ops]) for t in TIME_TERMS}
-    return Prepared(row, np.array([o["count"] for o in ops]), terms, float(values["step.roofline_s"]))
+    keys = ("count", "time_s", "kernels") + tuple(t.key for t in TIME_TERMS)
+    ops = {k: np.array([float(values[f"ops.{i}.{k}"]) for i in range(n)]) for k in keys}
+    parts = parts_of({**{k: float(v) for k, v in ESTIMATE_DEFAULTS.items()}, **point})
+    step = {k: float(values[f"step.{k}"]) for k in ("t_compute_s", "t_memory_s", "t_comm_s")}
+    floor = float(values["step.overlap_floor_s"]) if "step.overlap_floor_s" in values else max(step.values())
+    inputs = {k: float(point.get(k, ESTIMATE_DEFAULTS.get(k, 1))) for k in ESTIMATE_PARAMS}
+    return Prepared(row, ops.pop("count"), ops, {k: parts[:, j] for j, k in enumerate(PARTS)},
+                    float(values["step.roofline_s"]), floor, inputs)
 
 
 def loss(rows: list[Prepared], effs: Mapping[str, Any]) -> Any:

@@ -85,7 +85,7 @@ def summary(results: list[dict], full: jf.Fit, held: dict[str, list[float]]) -> 
     worst_floor = max(r["p"].floor_s / r["p"].row.step_s for r in results)
     lines.append(f"overlap floor / measured: at most {worst_floor:.2f} (must be <= 1)")
     lines.append("shared: " + ", ".join(f"{k} {v:.4g}" for k, v in full.shared.items()))
-    bad = jf.violations(full)
+    bad = jf.violations(full, jf.pairs_of([r["p"] for r in results]))
     lines.append("fit within its physical range" if not bad else "OUT OF RANGE: " + "; ".join(bad))
     return lines
 
@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = prepared()
     results, full, held = evaluate(rows)
     print(render(results, full, held, args.markdown))
-    if args.profiles:
+    if args.profiles and jf.violations(full, jf.pairs_of(rows)):
+        print("not writing the profiles: the fit leaves its physical range", file=sys.stderr)
+    elif args.profiles:
         write_profiles(full, len(rows))
     above = [r["p"].row for r in results if r["p"].floor_s > r["p"].row.step_s]
     for row in above:

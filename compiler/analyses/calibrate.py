@@ -110,10 +110,12 @@ def read_measurements(path: Path) -> list[Row]:
     from infest.compiler.load.loader import read_text
     text = read_text(path, limit=MAX_CSV_BYTES)
     reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
+    missing += [] if {"step_s", "measured"} & set(header) else ["step_s"]
     if missing:
         raise fail(Span(str(path), 1, 1, 1, 2), f"measurements lack the column(s) {', '.join(missing)}",
-                   f"the header needs at least: {', '.join(REQUIRED)}")
+                   f"the header needs at least: {', '.join(REQUIRED)} and step_s (or measured)")
     rows = []
     for record in reader:
         if len(rows) >= MAX_ROWS:

@@ -9,7 +9,8 @@ where `shared` holds the physics every row shares and the offsets hold what a GP
 kernel_latency, step_overhead, request_overhead) adds. The fit minimises, with
 `scipy.optimize.least_squares` inside bounds,
 
-    sum over rows (ln estimate - ln measured)^2 + sum over parameters (deviation / sd)^2
+    sum over rows ((ln estimate - ln measured) / NOISE_SD)^2
+      + sum over parameters (deviation / sd)^2
 
 with each shared parameter pulled toward its documented default (PRIOR) and each offset
 toward 0 (GPU_SD, ENGINE_SD): a GPU or engine with few rows stays near the shared
@@ -48,7 +49,12 @@ PER_ENGINE = ("eff_mem", "kernel_latency", "step_overhead", "request_overhead")
 # costs are its own (DOMAIN: a step costs tens of us to milliseconds by engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
 ENGINE_SD = {"eff_mem": 0.5, "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}
+# The spread of a measurement's ln(time) about the model (sd): public figures converted to
+# step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
+# residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.
+NOISE_SD = 0.1
 MAX_REFITS = 200               # held-out refits one call may run (each a least-squares fit)
+MAX_EVALUATIONS = 300          # residual evaluations one fit may spend (scipy max_nfev)
 
 
 @dataclass
@@ -105,7 +111,7 @@ def _unpack(x: np.ndarray, coords) -> Fit:
 def _residuals(x: np.ndarray, coords, rows: list["Prepared"]) -> np.ndarray:
     f = _unpack(x, coords)
     data = [math.log(float(p.estimate(f.values(p.row.hardware, engine_of(p)))) / p.row.step_s)
-            for p in rows]
+            / NOISE_SD for p in rows]
     prior = [(v - math.log(PRIOR[k][0])) / PRIOR[k][1] if kind == "shared"
              else v / (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
              for (k, _, kind), v in zip(coords, x)]
@@ -120,7 +126,8 @@ def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
     lo = np.array([math.log(BOUNDS[k][0]) if kind == "shared" else -np.inf for k, _, kind in coords])
     hi = np.array([math.log(BOUNDS[k][1]) if kind == "shared" else np.inf for k, _, kind in coords])
     result = least_squares(_residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
-                           args=(coords, rows), x_scale=1.0)
+                           args=(coords, rows), x_scale="jac", ftol=1e-10, xtol=1e-10,
+                           gtol=1e-10, max_nfev=MAX_EVALUATIONS)
     out = _unpack(result.x, coords)
     out.cost = float(result.cost)
     return out
@@ -134,17 +141,15 @@ def _start(start: Fit | None, coord) -> float:
     return table.get(group, {}).get(k, 0.0)
 
 
-def violations(f: Fit) -> list[str]:
+def violations(f: Fit, pairs: set[tuple[str, str]]) -> list[str]:
     """Where a fit leaves the physical range: a shared value at its bound, or an
-    efficiency above 1 before the cap for some GPU and engine."""
+    efficiency above 1 before the cap for a (GPU, engine) pair the rows hold."""
     out = [f"{k} = {v:.4g} at its bound" for k, v in f.shared.items()
            if min(abs(math.log(v / b)) for b in BOUNDS[k]) < 1e-6]
-    for g in f.gpu:
-        for e in f.engine or {"": {}}:
-            for k in SHARES:
-                log = math.log(f.shared[k]) + f.gpu[g].get(k, 0) + f.engine.get(e, {}).get(k, 0)
-                if log > 1e-9:
-                    out.append(f"{k} on {g} under {e or 'every engine'} = {math.exp(log):.3g} > 1")
+    for (g, e), k in ((pair, k) for pair in sorted(pairs) for k in SHARES):
+        log = math.log(f.shared[k]) + f.gpu.get(g, {}).get(k, 0) + f.engine.get(e, {}).get(k, 0)
+        if log > 1e-9:
+            out.append(f"{k} on {g} under {e} = {math.exp(log):.3g} > 1")
     return out
 
 
@@ -164,6 +169,11 @@ def held_out(rows: list["Prepared"], key: Callable[["Prepared"], str], start: Fi
             if key(p) == g:
                 errors[i] = float(p.estimate(f.values(p.row.hardware, engine_of(p)))) / p.row.step_s - 1
     return [errors.get(i, math.nan) for i in range(len(rows))]
+
+
+def pairs_of(rows: list["Prepared"]) -> set[tuple[str, str]]:
+    """The (GPU, engine) pairs the rows hold."""
+    return {(p.row.hardware, engine_of(p)) for p in rows}
 
 
 def row_errors(rows: list["Prepared"], f: Fit) -> list[float]:

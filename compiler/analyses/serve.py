@@ -154,6 +154,7 @@ def serve(engine: Serving, request: Request, overrides: Mapping[str, Any],
         ttft, tpot, info = _continuous(engine, request, overrides)
     if draft is not None:
         ttft, tpot, info = _speculative(engine, draft, request, overrides, ttft, info)
+    ttft = (ttft[0] + _request_overhead(engine, overrides), ttft[1])
     return {**metrics(request, ttft[0], tpot[0], info), "bound": metrics(
         request, ttft[1], tpot[1], info), **{k: v for k, v in info.items() if k != "dp"}}
 
@@ -182,6 +183,18 @@ def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any])
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "tokens_per_s": tokens,
             "tokens_per_s_per_gpu": tokens / info["gpus"], "tokens_per_s_per_user": 1 / tpot,
             "requests_per_s": tokens / osl, "gpus": info["gpus"], "fits": info["fits"]}
+
+
+def _request_overhead(engine: Serving, overrides: Mapping[str, Any]) -> float:
+    """The per-request overhead TTFT adds under the estimate (compiler/forms/estimate.py);
+    none under the bound. No form uses it, so it is read from --set or the defaults
+    (hardware, engine profile, compiler/load/estimate_fields.py)."""
+    if engine.key != USES["estimate"]:
+        return 0.0
+    if "request_overhead" in overrides:
+        return float(overrides["request_overhead"])
+    runner = getattr(engine.prefill, "runner", engine.prefill)   # an Analysis or a Runner
+    return float(runner.defaults.get("request_overhead", 0))
 
 
 def _static(engine: Serving, r: Request, overrides: Mapping[str, Any]):

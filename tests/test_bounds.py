@@ -57,8 +57,10 @@ def test_link_latency_zero_leaves_the_bandwidth_term() -> None:
 
 def test_may_be_zero_is_declared_once() -> None:
     # latencies, and the offload inputs (no expert resident, no measured hits)
+    # and the estimate's fixed costs and routing skew (0: switched off, perfectly balanced)
     assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency", "gpu_experts",
-                           "hit_rate"}
+                           "hit_rate", "kernel_latency", "step_overhead", "request_overhead",
+                           "coll_step_latency", "moe_skew"}
 
 
 @pytest.mark.parametrize("name", ["mem_bw", "flops_bf16", "mem_capacity", "link_bw", "B", "N"])

@@ -2,7 +2,8 @@
 
 Statements run in order; a name bound to an op is a tensor [B*T, width]. `repeat`
 multiplies the count of its body (never unrolls it); `moe` scales its body per routed
-token. Groups and dtypes declared in a block hold for the rest of that block.
+token; `held` keeps its body's weights in memory without running them in a step.
+Groups and dtypes declared in a block hold for the rest of that block.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class _Scope:
     count: sympy.Expr
     experts: tuple[sympy.Expr, sympy.Expr] | None = None
     prefix: str = ""  # op names inside a layer call: "decoder.q"
+    held: str = ""    # inside a `held` block: its group (ops stored, not run)
 
     def child(self, **changes: object) -> "_Scope":
         return replace(self, dtypes=dict(self.dtypes), **changes)
@@ -188,6 +190,8 @@ class _Poisoned(Exception):
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
     if isinstance(stmt, ast.FuseDef):
+        if scope.held:
+            return None  # held ops launch no kernel: nothing to fuse
         state.fusions.append(fusion_of(stmt, state.tensors, state.nodes, state.fused,
                                      state.index))
     elif isinstance(stmt, (ast.LayerDef, ast.PolicyDef)):
@@ -297,7 +301,8 @@ def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
     """Elaborate one op call (and any nested op calls among its arguments)."""
     rule = OPS[call.func]
     tensors, dims, args, common = _split_args(call, rule, binding, scope, state)
-    inner_last = _moe_body(call, args, body, scope, state)
+    inner_last = _held_body(call, body, scope, state) if call.func == "held" else \
+        _moe_body(call, args, body, scope, state)
     if inner_last is not None:
         tensors = tensors[:1] + [inner_last]
     dtypes = _dtypes_of(scope, common)
@@ -480,7 +485,8 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     """Elaborate a moe block's expert body with routing scale; return its output."""
     if call.func != "moe":
         if body is not None:
-            raise fail(call.span, f"{call.func}() takes no body", "only moe(...) { } has one")
+            raise fail(call.span, f"{call.func}() takes no body",
+                       "only moe(...) { } and held(...) { } have one")
         return None
     if body is None:
         raise fail(call.span, "moe() needs a body: the ops of one expert in { }")
@@ -498,12 +504,24 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     return last
 
 
+def _held_body(call, body, scope, state) -> None:
+    """Elaborate a `held` block's body: its ops are stored under the block's group and
+    never run (compiler/core/ops.py `held`); the block's output is its input."""
+    if body is not None:
+        _run_block(body, scope.child(held=scope.held or scope.group), state)
+    return None
+
+
 def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
               last: bool) -> Tensor:
     _check_op_limit(call, state)
     name = _unique(scope.prefix + binding, state)
     stored = out.param_bytes
     cost, params, active = _routed(out.cost, out.params, scope)
+    held = scope.held or (scope.group if call.func == "held" else "")
+    if held:  # stored, not run: no cost, no KV cache, nothing active
+        cost, active, out = Cost(kernels=sympy.Integer(0)), sympy.Integer(0), \
+            replace(out, kv_cache=sympy.Integer(0), kv_per_token=sympy.Integer(0))
     if stored is not None and scope.experts is not None:
         stored = stored * scope.experts[0]  # every expert stored, like params
     if "kernels" in common:
@@ -512,7 +530,8 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
                   call.span, args=args, experts=scope.experts,
-                  blocks=common.get("blocks"), last_token=last, param_bytes=stored)
+                  blocks=common.get("blocks"), last_token=last, param_bytes=stored,
+                  held=held)
     state.nodes[name] = node
     state.index[name] = len(state.order)
     state.order.append(name)

@@ -358,6 +358,14 @@ def _custom(op: OpIn) -> OpOut:
                  kv_per_token=per_token)
 
 
+def _held(op: OpIn) -> OpOut:
+    """Weights held in memory that a plain step does not run (a vision tower, multi-token-
+    prediction layers): `params` stored, no FLOPs, bytes or launches. The ops of its body
+    are held the same way (compiler/core/elaborate.py), each with its own params."""
+    width = op.x.width if op.tensors else sympy.Integer(1)
+    return OpOut(width, Cost(kernels=ZERO), params=op.args.get("params", ZERO))
+
+
 OPS: dict[str, OpRule] = {
     "embed": OpRule((1, 1), _embed, dims=True, doc="row gather: params vocab*d, bytes B*T*d"),
     "linear": OpRule((1, 1), _linear, dims=True, args=("bias", "tied", "softcap"),
@@ -401,6 +409,8 @@ OPS: dict[str, OpRule] = {
     "custom": OpRule((0, 8), _custom, args=("flops", "weight_bytes", "act_bytes", "kv_bytes",
                                             "params", "width", "kv_per_token"),
                      doc="costs written in the spec"),
+    "held": OpRule((0, 1), _held, args=("params",),
+                   doc="weights held, not run: params in memory, none in params.total"),
 }
 OPTIONAL_ARGS = {"window", "sinks", "softcap", "index_topk", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
                  "params", "width", "kv_per_token"}

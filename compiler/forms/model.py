@@ -153,7 +153,9 @@ def _touched_share(op: OpNode) -> sympy.Expr:
 
 
 def _params(model: CompiledModel) -> dict[str, sympy.Expr]:
-    return {"total": sympy.Add(*(op.count * op.params for op in model.ops)),
+    """The model's params: `held` weights (a vision tower, MTP layers) are in memory and in
+    their own group of params.groups, never in total, which is the model a step runs."""
+    return {"total": sympy.Add(*(op.count * op.params for op in model.ops if not op.held)),
             "active": sympy.Add(*(op.count * op.params_active for op in model.ops))}
 
 
@@ -162,7 +164,8 @@ def _groups(model: CompiledModel) -> dict[str, sympy.Expr]:
     for op in model.ops:
         if op.comm is not None:
             continue  # collectives hold no params
-        groups[op.group] = groups.get(op.group, sympy.Integer(0)) + op.count * op.params
+        group = op.held or op.group  # held weights apart: `vision`, `mtp`
+        groups[group] = groups.get(group, sympy.Integer(0)) + op.count * op.params
     return dict(sorted(groups.items()))
 
 

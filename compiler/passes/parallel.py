@@ -152,7 +152,9 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
     (all-reduce) or the activation dtype (everything else) per call."""
     from infest.compiler.core.ops import element_bytes
     dtype = src.dtypes.residual if kind == "all_reduce" else src.dtypes.act
-    cost = Cost(kernels=ONE, comm_bytes=elements * element_bytes(dtype))
+    # A held op (weights stored, not run) moves nothing: its collectives are free too.
+    cost = Cost(kernels=sympy.S.Zero) if src.held else \
+        Cost(kernels=ONE, comm_bytes=elements * element_bytes(dtype))
     calls = (src.count if count is None else count) * several(gpus)
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
                          params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,
@@ -339,14 +341,20 @@ def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:
 
 def _finish_output(w: _Walk) -> None:
     """The step's output (logits) must end whole where the next token is sampled."""
-    last = w.model.ops[-1]
+    last = _last_run(w.model.ops)
     _whole(last.name, w.places[last.name], w)
+
+
+def _last_run(ops: list["OpNode"]) -> "OpNode":
+    """The last op a step runs (held weights, which follow the logits, run in none)."""
+    return next((op for op in reversed(ops) if not op.held), ops[-1])
 
 
 def _pipeline(w: _Walk) -> None:
     """pp - 1 hand-offs of the residual stream between consecutive stages."""
-    width = w.model.stage_width if w.model.stage_width is not None else w.model.ops[-1].width
-    last = w.ops[-1]
+    width = w.model.stage_width if w.model.stage_width is not None else \
+        _last_run(w.model.ops).width
+    last = _last_run(w.ops)
     hand_off = replace(last, group="pipeline", width=width)
     _collective(w, hand_off, "send_recv", TP * PP, B * T / DP * width, "stages.send_recv",
                 count=PP - 1)

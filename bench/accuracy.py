@@ -20,6 +20,7 @@ from pathlib import Path
 
 from infest.compiler.analyses import calibrate as cal
 from infest.compiler.api import load_hardware
+from infest.compiler.load.hardware import EFFICIENCIES
 
 HERE = Path(__file__).resolve().parent
 MEASUREMENTS = HERE / "measurements.csv"
@@ -36,7 +37,7 @@ def evaluate(path: Path = MEASUREMENTS) -> list[dict]:
         effs = cal.start_values(load_hardware(hw))
         prepared += mine
         estimates += [float(p.estimate(effs)) for p in mine]
-    loo = cal.leave_one_out(prepared, {k: float(v) for k, v in cal.EFFICIENCIES.items()})
+    loo = cal.leave_one_out(prepared, {k: float(v) for k, v in EFFICIENCIES.items()})
     return [{"row": p.row, "bound": p.bound_s, "estimate": e, "loo": (1 + err) * p.row.step_s}
             for p, e, err in zip(prepared, estimates, loo)]
 

@@ -33,6 +33,8 @@ from infest.compiler.core.symbols import B, T, sym
 from infest.compiler.core.terms import HARD_KEYS
 
 if TYPE_CHECKING:
+    from infest.compiler.analyses.serve import Serving
+    from infest.compiler.analyses.served import Served
     from infest.compiler.api import Analysis
     from infest.compiler.core.graph import OpNode
     from infest.compiler.backend.runner import Input
@@ -64,6 +66,7 @@ class Measured:
     nsys: list[Kernel] | None = None
     steps: int = 1
     patterns: list[Pattern] = field(default_factory=list)
+    served: "Served | None" = None        # a TPOT measured on a server (step_s is it)
 
 
 def tokens_per_step(result: dict) -> float:
@@ -420,9 +423,28 @@ def _occupancy_falsifier(c: dict, step_s: float) -> str:
             f"(the verdict came by elimination: no other ceiling explains the {duration(step_s)} step).")
 
 
-def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float) -> dict:
-    """Every candidate with its number and verdict, the binding one, falsifier, prediction."""
+def served_point(analysis: "Analysis", overrides: dict, m: Measured,
+                 engine: "Serving | None") -> tuple[dict, dict | None]:
+    """With a served measurement: serve's comparison, and the decode point the candidates
+    are read at (B = the concurrency, N = the request's mean context ISL + (OSL - 2) / 2,
+    rounded down); without one, the overrides as given."""
+    if m.served is None:
+        return overrides, None
+    from fractions import Fraction
+    from infest.compiler.analyses.served import served
+    if engine is None:
+        raise ValueError("a served measurement needs the Serving engine")
+    report = served(engine, m.served, overrides)
+    mean_context = m.served.isl + (m.served.osl - 2) // 2
+    return {**overrides, "B": Fraction(report["concurrency"]), "N": Fraction(mean_context)}, report
+
+
+def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float,
+             engine: "Serving | None" = None) -> dict:
+    """Every candidate with its number and verdict, the binding one, falsifier, prediction
+    (and with a served measurement, serve's comparison under the server's scheduling)."""
     from infest.compiler.analyses.sensitivity import as_json, elasticities
+    overrides, served_report = served_point(analysis, overrides, m, engine)
     inputs = analysis.inputs(overrides)
     result = analysis.evaluate(overrides)
     step_s = m.step_s if m.step_s is not None else tokens_per_step(result) / m.tokens_per_s
@@ -438,7 +460,8 @@ def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float) -> 
     return {"model": result["model"], "hardware": result["hardware"], "phase": result["phase"],
            "inputs": result["inputs"], "bound_s": result["step"]["time_s"],
            "measured": {"step_s": step_s, "tokens_per_s": tokens_per_step(result) / step_s},
-           **c, "ranking": ranking(c), "faster_than_bound": check["flag"], "bound_check": check,
+           **c, "ranking": ranking(c), "served": served_report,
+           "faster_than_bound": check["flag"], "bound_check": check,
            "amdahl": [amdahl(n, s) for n, s in m.speedups],
            "depth": depth(analysis, overrides, m.depth) if m.depth else None,
            "binding": which, "by_elimination": eliminated,

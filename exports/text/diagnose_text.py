@@ -159,9 +159,32 @@ def depth_line(d: dict) -> str:
             f"{p['attention_share']:.0%} of the bound: depth consumes the attention cache")
 
 
+def served_rows(v: dict) -> list[list[str]]:
+    """A served TPOT against serve's prediction under the same scheduling."""
+    load = f"concurrency {v['concurrency']}" + (f" (from {v['rps']:g} req/s, Little's law)"
+                                                if v["rps"] is not None else "")
+    share = ("none: the measured TPOT is not above the bare step" if v["scheduling_share"] is None
+             else f"{v['scheduling_share']:.0%} of the {duration(v['gap_s'])} gap")
+    rows = [["request", f"ISL {v['isl']}, OSL {v['osl']}, {load}, {v['batching']} batching"],
+            ["bare decode step (estimate / bound)",
+             f"{duration(v['decode_step_s'])} / {duration(v['decode_step_bound_s'])}"],
+            ["served TPOT (estimate / bound)",
+             f"{duration(v['tpot_s'])} / {duration(v['tpot_bound_s'])}: prefill chunks add "
+             f"{duration(v['scheduling_s'])} per token"],
+            ["measured TPOT", f"{duration(v['measured_tpot_s'])}: scheduling explains {share}; "
+                              f"{duration(v['unexplained_s'])} beyond the served estimate"]]
+    if v["measured_ttft_s"] is not None:
+        rows.append(["TTFT measured / served estimate",
+                     f"{duration(v['measured_ttft_s'])} / {duration(v['ttft_s'])} "
+                     f"({v['ttft_ratio']:.3g}x; no queueing modelled)"])
+    return rows
+
+
 def _sections(d: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) for every optional table present in the report."""
     out = []
+    if d.get("served"):
+        out.append(("Served (serve's model, the same scheduling)", ["", ""], served_rows(d["served"])))
     if d["kernels"]:
         out.append(("Kernels (nsys) against the model", KERNEL_HEADERS, kernel_rows(d["kernels"])))
         out.append(("Kernel time against the step", ["", ""], kernel_summary(d["kernels"])))

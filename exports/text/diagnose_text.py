@@ -61,9 +61,12 @@ def answer(d: dict) -> str:
     per, over = duration(la["time_per_kernel_s"]), duration(la["launch_overhead_s"])
     launches = f"{la['kernels']:g} kernels at ~{per} each"
     comm_part = f"collectives {c['share']:.0%}" if not c["ruled_out"] else "collectives ruled out"
-    if d["binding"] == "launch":
+    if d["binding"] == "launch" and la["verdict"] == "launch bound":
         return (f"launch bound: {launches}, ~{over} of which is launch overhead "
                 f"({la['share']:.0%} of the step); {comm_part}")
+    if d["binding"] == "launch":
+        return (f"{la['verdict']}: {launches}, the GPU idle {la['share']:.0%} of the step; "
+                f"{comm_part}")
     if d["binding"] == "occupancy" and d["by_elimination"]:
         return (f"the kernels themselves are slow: {launches} (launch {la['share']:.0%} of "
                 f"the step), {comm_part}, {d['bandwidth']['ratio']:.3g}x the bandwidth bound")

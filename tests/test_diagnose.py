@@ -97,6 +97,10 @@ def test_binding_rules() -> None:
     assert binding(cands(50, 0.02, True, 0.2)) == ("launch", False)      # 67% > 20%
     assert binding(cands(50, 0.8, True, 0.2)) == ("comm", False)         # 80% > 67%
     assert binding(cands(1000, 0.02, False, 0.0)) == ("occupancy", True)  # by elimination
+    # a step under bytes / mem_bw rules bandwidth out (and beats the floor): never binding
+    out = cands(0.5, 0.02, True, 0.0)
+    out["bandwidth"]["ruled_out"] = True
+    assert binding(out) == ("launch", False)
 
 
 def test_default_grids() -> None:

@@ -297,7 +297,8 @@ def binding(cands: dict) -> tuple[str, bool]:
     far from bandwidth and not in collectives: the kernels themselves are slow, which the
     contract names occupancy (by elimination).
     """
-    if cands["bandwidth"]["ratio"] <= BANDWIDTH_BOUND_RATIO:
+    bw = cands["bandwidth"]
+    if bw["ratio"] <= BANDWIDTH_BOUND_RATIO and not bw.get("ruled_out", False):
         return "bandwidth", False
     fires = {"comm": cands["comm"]["share"] >= COMM_SHARE, "launch": cands["launch"]["fires"],
              "occupancy": cands["occupancy"]["share"] >= OCCUPANCY_SHARE}

@@ -1,6 +1,7 @@
 """Estimates beside bounds (issue #14, item 1): step.estimate_s divides each bound term by
 its efficiency (eff_mem, eff_flops, eff_link in (0, 1], defaults 0.8 / 0.7 / 0.8) and
-keeps the launch floor, so it is never below the roofline."""
+keeps the launch floor, so it is never below the roofline; the roofline (serial kernels)
+is never below the overlap floor (issue #22)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infest.compiler.api import analyze
+from infest.compiler.core.terms import HARD_KEYS
 from infest.dsl.errors import SpecError
 
 ROOT = Path(__file__).parents[1]
@@ -96,6 +98,9 @@ def test_estimate_is_never_below_the_bound(model, hw, phase, b, n, tp, effs) -> 
         return  # a layout the model refuses (tp must divide its heads, ...)
     assert step["estimate_s"] >= step["time_s"] * (1 - 1e-12)
     assert step["time_s"] >= step["roofline_s"] * (1 - 1e-12)
+    # max of the step's sums <= the sum of each op's max: overlap never beats the floor
+    assert step["roofline_s"] >= step["overlap_floor_s"] * (1 - 1e-12)
+    assert step["overlap_floor_s"] == pytest.approx(max(step[k] for k in HARD_KEYS), rel=1e-12)
     assert step["tokens_per_s_estimate"] <= step["tokens_per_s"] * (1 + 1e-12)
 
 

@@ -63,12 +63,14 @@ class Row:
 
 @dataclass
 class Prepared:
-    """A row evaluated once: per-op counts and time terms, and its bound (roofline)."""
+    """A row evaluated once: per-op counts and time terms, its serial-kernel bound
+    (roofline) and its overlap floor (the hard one: no engine beats it)."""
 
     row: Row
     count: np.ndarray
     terms: dict[str, np.ndarray]
     bound_s: float
+    floor_s: float = 0.0
 
     def estimate(self, effs: Mapping[str, Any]) -> Any:
         """Step estimate at these efficiencies (scalars or arrays that broadcast)."""
@@ -165,7 +167,8 @@ def _prepared(row: Row, runner) -> Prepared:
     ops = [{k: float(values[f"ops.{i}.{k}"]) for k in ("count",) + tuple(t.key for t in TIME_TERMS)}
            for i in range(n)]
     terms = {t.key: np.array([o[t.key] for o in ops]) for t in TIME_TERMS}
-    return Prepared(row, np.array([o["count"] for o in ops]), terms, float(values["step.roofline_s"]))
+    return Prepared(row, np.array([o["count"] for o in ops]), terms, float(values["step.roofline_s"]),
+                    float(values["step.overlap_floor_s"]))
 
 
 def loss(rows: list[Prepared], effs: Mapping[str, Any]) -> Any:

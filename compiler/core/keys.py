@@ -17,7 +17,7 @@ MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
                "capacity_bytes", "fits", "max_batch", "max_context")
 COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes",
              "host_bytes")
-STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "time_s", "tokens_per_s", "kernels",
+STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "overlap_floor_s", "time_s", "tokens_per_s", "kernels",
                                      "collectives", "weights_floor_s", "estimate_s",
                                      "tokens_per_s_estimate")
 OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)

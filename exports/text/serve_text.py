@@ -19,8 +19,8 @@ _MODEL = {
 }
 NOTE = ("estimate = steps at achievable ceilings (datasheet x eff_mem, eff_flops, eff_link) "
         "with the launch floor (kernels x launch_overhead: an assumption about the engine); "
-        "bound = roofline (datasheet peaks, perfect overlap): no engine "
-        "beats it under this scheduling model")
+        "bound = roofline (datasheet peaks, kernels one after another): no "
+        "kernel-by-kernel engine beats it under this scheduling model")
 
 
 def serve_text(r: Mapping[str, Any]) -> str:

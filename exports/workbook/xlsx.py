@@ -86,8 +86,11 @@ HOW_TO = [
      "same value in base units (bytes, bytes/s, s, FLOP/s) that the formulas use."),
     ("Summary", "out_<key>: every memory and step key of `infest eval --json`, in base "
      "units, with GB / ms beside. params.group.* are the parameter subtotals per group."),
-    ("Hard bounds", "step.roofline_s (datasheet peaks, perfect overlap, no launch cost) and "
-     "step.tokens_per_s = tokens / roofline_s: no engine beats them."),
+    ("Bounds", "step.overlap_floor_s, the largest of compute, memory and collective time "
+     "over the whole step: the hard floor, no engine beats it. step.roofline_s, the "
+     "serial-kernel bound (each op at its largest hard term, ops one after another: an "
+     "engine that overlaps kernels can beat it, never the overlap floor), and "
+     "step.tokens_per_s = tokens / roofline_s."),
     ("Estimate", "step.time_s adds the launch floor: launch_overhead per kernel, an "
      "assumption about the engine (CUDA graphs and fusion beat it)."),
     ("Does not fit", "memory.fits FALSE turns the Summary's fits and throughput rows red: "
@@ -405,8 +408,9 @@ _FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+0
 
 
 # Which step figures are hard bounds and which assume an engine (the "note" column).
-BOUND_NOTES = {"roofline_s": "hard bound: peaks, perfect overlap, no launch cost",
-               "tokens_per_s": "hard bound: B*T / roofline_s, no engine beats it",
+BOUND_NOTES = {"roofline_s": "serial-kernel bound: peaks, kernels one after another, no launch cost",
+               "overlap_floor_s": "hard floor: max of compute, memory, comm totals; no engine beats it",
+               "tokens_per_s": "serial-kernel bound: B*T / roofline_s",
                "time_s": "with the launch floor: assumes launch_overhead per kernel",
                "t_launch_s": "assumption about the engine, not part of the hard bound",
                "estimate_s": "estimate: achievable ceilings (eff_*) and the launch floor",

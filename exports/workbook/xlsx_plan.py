@@ -205,7 +205,7 @@ def _derived_rows(b: Builder, s: Phases, t: _Table) -> list[tuple]:
 
 def _metric_rows(p: str, ttft: Callable, tpot: str) -> list[tuple]:
     """serve's METRIC_KEYS after gpus and fits, named plan_<p><key> (p: "" or "bound_")."""
-    what = "hard bound (roofline): " if p else "estimate: "
+    what = "serial-kernel bound (roofline): " if p else "estimate: "
     rows = {
         "ttft_s": (ttft, "s", "the prefill step at B, N = ISL"),
         "tpot_s": (tpot, "s", "mean decode step over the counted contexts"),

@@ -162,11 +162,11 @@ def test_tokens_per_s_converts_to_a_step(capsys) -> None:
 
 def test_faster_than_the_bound_is_flagged(capsys) -> None:
     roof = analyze(LLAMA, hw="h200_sxm").evaluate({})["step"]["roofline_s"]
-    fast = _diagnose_json(capsys, "--measured-step", f"{roof / 2}")
+    fast = _diagnose_json(capsys, "--measured-step", f"{roof / 2}s")
     assert fast["faster_than_bound"] is True
     assert fast["bound_check"]["ratio"] == pytest.approx(0.5)
     assert fast["bound_check"]["evidence"]                 # op-level numbers to look at
-    ok = _diagnose_json(capsys, "--measured-step", f"{roof * 1.01}")
+    ok = _diagnose_json(capsys, "--measured-step", f"{roof * 1.01}s")
     assert ok["faster_than_bound"] is False
 
 

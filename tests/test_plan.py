@@ -98,7 +98,7 @@ def test_disaggregated_pools_match_their_steps() -> None:
     assert pre["ttft_s"] <= 0.3
     # Decode pool: TPOT = serve's static TPOT at the carried concurrency, within 20 ms;
     # every user's slot lives there: ceil(64 / C) replicas.
-    s = serve(engine, Request(2048, 64, dec["batch_per_replica"]), lay(dec))
+    s = serve(engine, Request(2048, 64, dec["batch_per_replica"], "static"), lay(dec))
     assert dec["tpot_s"] == pytest.approx(s["tpot_s"], rel=1e-12)
     assert dec["tpot_s"] <= 0.02
     assert dec["replicas"] == -(-64 // dec["concurrency_per_replica"])

@@ -223,8 +223,10 @@ def test_depth_finds_where_the_measurement_falls_away(capsys, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--measured-step", "5GB"], "--measured-step: expected a s value, got bytes"),
+    (["--measured-step", "5GB"], "--measured-step '5GB': expected a time, got bytes"),
     (["--measured-step", "0ms"], "--measured-step: the time must be positive"),
+    (["--measured-step", "50"], "--measured-step 50: a time needs a unit"),
+    (["--measured-step", "1ms", "--collective-time", "20"], "20ms or 20s?"),
     (["--measured-step", "1ms", "--kernels", "2.5"], "--kernels: expected a whole number"),
     (["--measured-step", "1ms", "--kernels", "1e12"], "over MAX_COUNT"),
     (["--measured-step", "1ms", "--speedup", "8=9"], "a speedup must lie between 1 and the GPU count"),

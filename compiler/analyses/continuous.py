@@ -147,7 +147,8 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
         m, u = mixed[key], pure[f"step.{key}"]
         if draft is not None:
             step = [x[f"step.{key}"] for x in drafted]
-            m, u = m + draft_len * step[0] + step[1], u + draft_len * step[2]
+            drafting = np.where(d > 0, step[0], 0.0)   # no decoders: no draft steps
+            m, u = m + draft_len * drafting + step[1], u + draft_len * step[2]
         mean = np.sum(np.broadcast_to(m, np.broadcast_shapes(np.shape(m), w.shape)) * w,
                       axis=-1) / np.sum(w, axis=-1)
         full = np.broadcast_shapes(np.shape(u), batch.shape)

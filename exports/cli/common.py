@@ -52,8 +52,8 @@ def parse_sets(items: list[str]) -> dict[str, Fraction]:
 
 
 def parse_time(flag: str, text: str | None) -> float | None:
-    """A positive time with its unit (`50ms`, `2s`) in seconds; None stays None. A bare
-    number is refused: 50 could be 50 ms or 50 s."""
+    """A time with its unit (`50ms`, `2s`) in seconds (the caller checks its range); None
+    stays None. A bare number is refused: 50 could be 50 ms or 50 s."""
     from infest.dsl.units import parse_value
     if text is None:
         return None
@@ -65,8 +65,6 @@ def parse_time(flag: str, text: str | None) -> float | None:
         raise fail(None, f"{flag} {text}: a time needs a unit", f"{text}ms or {text}s?")
     if dim != "s":
         raise fail(None, f"{flag} {text!r}: expected a time, got {dim}", "e.g. 50ms, 2s")
-    if not value > 0:
-        raise fail(None, f"{flag} {text}: must be a positive time")
     return float(value)
 
 

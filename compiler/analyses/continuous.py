@@ -39,7 +39,9 @@ numpy over broadcast arrays: `serve` evaluates one point, `plan` a grid of layou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from functools import reduce
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -102,8 +104,9 @@ def chunk_points(sched: Mapping[str, np.ndarray], isl: int
     each chunk has `chunk` tokens (a prompt's tail shares its step with the next one's
     head), the last placed to end at the prompt's end."""
     P = np.asarray(sched["chunks"], dtype=float)[..., None]
-    k = np.arange(CHUNK_POINTS, dtype=float)
-    j = np.where(P <= CHUNK_POINTS, k, np.floor((2 * k + 1) * P / (2 * CHUNK_POINTS)))
+    points = int(min(CHUNK_POINTS, np.max(P)))    # no more than the longest prompt needs
+    k = np.arange(points, dtype=float)
+    j = np.where(P <= points, k, np.floor((2 * k + 1) * P / (2 * points)))
     weight = (k < P).astype(float)
     j = np.where(weight > 0, j, 0.0)
     s = np.asarray(sched["chunk"], dtype=float)[..., None]
@@ -135,25 +138,65 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
     n, d = sched["prompts"][..., None], sched["mixed_decoders"][..., None]
     dp = np.asarray(dp, dtype=float)[..., None]
     batch = np.asarray(c, dtype=float)[..., None] * dp
-    parts = [{"B": d * dp, "T": t, "N": mean_ctx}, {"B": n * dp, "T": T, "N": N}]
-    mixed = mixed_step(runner, [forms(x) for x in parts],
-                       forms({"B": dp, "T": t * d + n * T, "N": 0.0}))
-    pure = forms({"B": batch, "T": t, "N": mean_ctx})
+    # The decode part, the pure step, the prompt part and all the tokens together, along
+    # the last axis: one call of the forms (they are elementwise).
+    parts = [{"B": d * dp, "T": t, "N": mean_ctx}, {"B": batch, "T": t, "N": mean_ctx},
+             {"B": n * dp, "T": T, "N": N}, {"B": dp, "T": t * d + n * T, "N": 0.0}]
+    parts[2:] = [{k: np.broadcast_to(v, w.shape) for k, v in x.items()} for x in parts[2:]]
+    pieces = _stacked(forms, parts)
+    mixed = mixed_step(runner, [pieces[0], pieces[2]], pieces[3])
+    pure = pieces[1]
     if draft is not None:
-        drafted = [draft({**parts[0], "T": 1.0}), draft(parts[1]),
-                   draft({"B": batch, "T": 1.0, "N": mean_ctx})]
+        dparts = [{**parts[0], "T": 1.0}, {**parts[1], "T": 1.0}, parts[2]]
+        drafted = _stacked(draft, dparts)
     out = {}
     for key in KEYS:
         m, u = mixed[key], pure[f"step.{key}"]
         if draft is not None:
             step = [x[f"step.{key}"] for x in drafted]
             drafting = np.where(d > 0, step[0], 0.0)   # no decoders: no draft steps
-            m, u = m + draft_len * drafting + step[1], u + draft_len * step[2]
+            m, u = m + draft_len * drafting + step[2], u + draft_len * step[1]
         mean = np.sum(np.broadcast_to(m, np.broadcast_shapes(np.shape(m), w.shape)) * w,
                       axis=-1) / np.sum(w, axis=-1)
-        full = np.broadcast_shapes(np.shape(u), batch.shape)
-        out[key] = {"mixed": mean, "pure": np.broadcast_to(u, full)[..., 0]}
+        out[key] = {"mixed": mean, "pure": np.asarray(u)[..., 0]}
     return out
+
+
+def _stacked(forms: Forms, parts: list[Mapping[str, Any]]) -> list["_Part"]:
+    """The forms at every point of `parts` (each B, T, N broadcast to a common shape but
+    the last axis), in one call, and a view of each part's slice of the last axis."""
+    lead = np.broadcast_shapes(*(np.shape(v)[:-1] for x in parts for v in x.values()
+                                 if np.ndim(v)))
+    sizes = [max(np.shape(v)[-1] if np.ndim(v) else 1 for v in x.values()) for x in parts]
+    point = {k: np.concatenate([np.broadcast_to(x[k], lead + (size,))
+                                for x, size in zip(parts, sizes)], axis=-1)
+             for k in ("B", "T", "N")}
+    values = forms(point)
+    full = lead + (sum(sizes),)
+    edges = np.cumsum([0] + sizes)
+    return [_Part(values, full, slice(a, b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+class _Part(Mapping):
+    """One part's slice of stacked form values (sliced when read: most keys never are)."""
+
+    def __init__(self, values: Mapping[str, Any], full: tuple[int, ...], part: slice) -> None:
+        self.values, self.full, self.part = values, full, part
+
+    def __getitem__(self, key: str) -> Any:
+        v = self.values[key]
+        shape = getattr(v, "shape", ())
+        if shape == self.full:             # depends on the point: the common case
+            return v[..., self.part]
+        if not shape or shape[-1] == 1:    # the same for every point: broadcasts as is
+            return v
+        return np.broadcast_to(v, np.broadcast_shapes(shape, self.full))[..., self.part]
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
@@ -189,9 +232,9 @@ def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[st
         total = _keyed(tot, i)
         fix = (total["weight_bytes"] - sum(q["weight_bytes"] for q in keyed)) / ins["mem_bw"]
         terms = {t.key: _MIXED[t.name](keyed, total, fix, t.key) for t in TIME_TERMS}
-        hard = np.maximum.reduce(np.broadcast_arrays(*(terms[k] for k in HARD_KEYS)))
+        hard = reduce(np.maximum, (terms[k] for k in HARD_KEYS))
         count = total["count"]
-        est = est + count * np.maximum.reduce(np.broadcast_arrays(*derated(terms, ins)))
+        est = est + count * reduce(np.maximum, derated(terms, ins))
         roof = roof + count * hard
     return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
 

@@ -109,18 +109,19 @@ def _block(engine: "Serving", demand: Demand, base: list[dict[str, float]], rows
     shape = (len(rows), len(per_rank))
     last = _values(engine.decode, base[0], {**layout, "B": B, "N": float(
         demand.isl + demand.osl - 2), "T": 1.0})              # the last decode step: fits
-    pre = _values(engine.prefill, base[1], {**layout, "B": B, "N": float(demand.isl)})
     valid = np.broadcast_to(last["valid"], shape + (1,))[..., 0]
     fits = np.broadcast_to(last["memory.fits"], shape + (1,))[..., 0].astype(bool)
-    fits_prefill = np.broadcast_to(pre["memory.fits"], shape + (1,))[..., 0].astype(bool)
-    valid_prefill = np.broadcast_to(pre["valid"], shape + (1,))[..., 0]
     if demand.batching == "static":
+        pre = _values(engine.prefill, base[1], {**layout, "B": B, "N": float(demand.isl)})
+        fits_prefill = np.broadcast_to(pre["memory.fits"], shape + (1,))[..., 0].astype(bool)
+        valid = valid & np.broadcast_to(pre["valid"], shape + (1,))[..., 0]
         ttft, tpot = _static_times(engine, demand, base[0], layout, B, pre, shape)
-    else:
+    else:   # no prefill phase of its own: the decode forms carry the prompt chunks
+        fits_prefill = fits
         ttft, tpot = _continuous_times(engine, demand, base[0], layout, B[..., 0], shape)
     finite = np.isfinite(ttft) & np.isfinite(tpot)
-    return {"tpot": tpot, "ttft": ttft, "ok": valid & valid_prefill & fits & finite,
-            "ok_prefill": valid_prefill & fits_prefill & finite,
+    return {"tpot": tpot, "ttft": ttft, "ok": valid & fits & finite,
+            "ok_prefill": valid & fits_prefill & finite,
             "B": np.broadcast_to(B[..., 0], shape), "C": np.broadcast_to(C[..., 0], shape),
             "layout_gpus": np.broadcast_to(last["parallel.gpus"], shape + (1,))[..., 0]}
 

@@ -65,7 +65,8 @@ METRIC_KEYS = ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gp
 
 @dataclass(frozen=True)
 class Request:
-    """A request shape and how many run at once."""
+    """A request shape, its load and how it is scheduled: `concurrency` clients per replica
+    (a closed loop; static: the batch), `batching` and the token budget `chunk`."""
 
     isl: int
     osl: int

@@ -167,11 +167,11 @@ def test_tokens_per_s_converts_to_a_step(capsys) -> None:
 
 def test_faster_than_the_bound_is_flagged(capsys) -> None:
     roof = analyze(LLAMA, hw="h200_sxm").evaluate({})["step"]["overlap_floor_s"]
-    fast = _diagnose_json(capsys, "--measured-step", f"{roof / 2}")
+    fast = _diagnose_json(capsys, "--measured-step", f"{roof / 2}s")
     assert fast["faster_than_bound"] is True
     assert fast["bound_check"]["ratio"] == pytest.approx(0.5)
     assert fast["bound_check"]["evidence"]                 # op-level numbers to look at
-    ok = _diagnose_json(capsys, "--measured-step", f"{roof * 1.01}")
+    ok = _diagnose_json(capsys, "--measured-step", f"{roof * 1.01}s")
     assert ok["faster_than_bound"] is False
 
 
@@ -228,8 +228,10 @@ def test_depth_finds_where_the_measurement_falls_away(capsys, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--measured-step", "5GB"], "--measured-step: expected a s value, got bytes"),
+    (["--measured-step", "5GB"], "--measured-step '5GB': expected a time, got bytes"),
     (["--measured-step", "0ms"], "--measured-step: the time must be positive"),
+    (["--measured-step", "50"], "--measured-step 50: a time needs a unit"),
+    (["--measured-step", "1ms", "--collective-time", "20"], "20ms or 20s?"),
     (["--measured-step", "1ms", "--kernels", "2.5"], "--kernels: expected a whole number"),
     (["--measured-step", "1ms", "--kernels", "1e12"], "over MAX_COUNT"),
     (["--measured-step", "1ms", "--speedup", "8=9"], "a speedup must lie between 1 and the GPU count"),

@@ -32,27 +32,30 @@ def tiny(tmp_path_factory) -> Serving:
 
 
 def test_served_tpot_by_hand_decode_step_plus_chunk_steps(tiny: Serving) -> None:
-    # C = 4 requests, ISL 512, OSL 65, chunk 512: one chunk per prompt; 4 prompts start
-    # every 64 steps, so 4 of the 64 decode steps carry a 512-token chunk.
-    # Decode step at B = 4 (every op memory bound at 1 TB/s):
-    #   embed  4 rows x 4096 x 2 B read + 4 x 4096 x 2 B written         =     65,536 B
-    #   linear 4096 x 4096 x 2 B weights + 4 x (4096 + 4096) x 2 B        = 33,619,968 B
-    #   -> 33,685,504 B = 33.685504 us (FLOPs: 2 x 4 x 4096^2 = 0.13 us, under it)
-    # A chunk step adds the chunk's 512 tokens, weights read once: 512 x (16,384 B embed
-    #   + 16,384 B linear activations) = 16,777,216 B = 16.777216 us -> 50.46272 us
-    #   (linear FLOPs 2 x 516 x 4096^2 = 17.3 us, still under its 42.0 us of bytes)
-    # TPOT = (4 x 50.46272 + 60 x 33.685504) / 64 = 2222.98112 / 64 = 34.73408 us
+    # C = 4 requests, ISL 512, OSL 65 (R = 64 decode steps), budget K = 512 counting decode
+    # tokens. While one prompt is in prefill the other 3 decode, so its chunks are
+    # 512 - 3 = 509 tokens: P = ceil(512 / 509) = 2 chunk steps (509, then 3 tokens); the
+    # other 3 prompts' 3 x 2 = 6 chunk steps fit in the 64 decode steps (prompts alone).
+    # Every op is memory bound at 1 TB/s; a step of n tokens moves
+    #   embed  n x 4096 x 2 B read + n x 4096 x 2 B written                = n x 16,384 B
+    #   linear 4096 x 4096 x 2 B weights + n x (4096 + 4096) x 2 B         = 33,554,432 + n x 16,384 B
+    #   -> 33,554,432 + 32,768 n B (linear FLOPs 2 n 4096^2 at n = 512: 17.4 us < 50.3 us)
+    # pure decode step, n = 4:                 33,685,504 B = 33.685504 us
+    # mixed steps, 3 decoders + chunk:  n = 512: 50,331,648 B = 50.331648 us
+    #                                   n = 6:   33,751,040 B = 33.75104 us
+    # TPOT = (3 x (50.331648 + 33.75104) + 58 x 33.685504) / 64 = 2206.007296 / 64
+    #      = 34.468864 us
     s = Served(isl=512, osl=65, tpot_s=40e-6, concurrency=4, chunk=512)
     v = served(tiny, s, FAST)
     assert v["decode_step_bound_s"] == pytest.approx(33.685504e-6, rel=1e-12)
-    assert v["tpot_bound_s"] == pytest.approx(34.73408e-6, rel=1e-12)
-    # the chunks add 4 x 16.777216 / 64 = 1.048576 us a token (use="bound": estimate = bound)
-    assert v["scheduling_s"] == pytest.approx(1.048576e-6, rel=1e-9)
+    assert v["tpot_bound_s"] == pytest.approx(34.468864e-6, rel=1e-12)
+    # the chunks add 34.468864 - 33.685504 = 0.78336 us a token (use="bound": estimate = bound)
+    assert v["scheduling_s"] == pytest.approx(0.78336e-6, rel=1e-9)
     # measured 40 us: gap 40 - 33.685504 = 6.314496 us; scheduling explains
-    # 1.048576 / 6.314496 = 16.6% of it; 40 - 34.73408 = 5.26592 us left
+    # 0.78336 / 6.314496 = 12.4% of it; 40 - 34.468864 = 5.531136 us left
     assert v["gap_s"] == pytest.approx(6.314496e-6, rel=1e-9)
-    assert v["scheduling_share"] == pytest.approx(1.048576 / 6.314496, rel=1e-9)
-    assert v["unexplained_s"] == pytest.approx(5.26592e-6, rel=1e-9)
+    assert v["scheduling_share"] == pytest.approx(0.78336 / 6.314496, rel=1e-9)
+    assert v["unexplained_s"] == pytest.approx(5.531136e-6, rel=1e-9)
 
 
 def test_split_caps_the_share_and_has_none_without_a_gap() -> None:

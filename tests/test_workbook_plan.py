@@ -73,7 +73,7 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     sheet = {k: _value(wb, k) for k in ("users", "concurrency", "isl", "osl", "tpot_max",
                                          "ttft_max", "tp", "ep", "pp", "dp")}
     layout = {k: sheet[k] for k in ("tp", "ep", "pp", "dp") if sheet[k] != 1}
-    got = serve(engine, Request(sheet["isl"], sheet["osl"], sheet["concurrency"]), layout)
+    got = serve(engine, Request(sheet["isl"], sheet["osl"], sheet["concurrency"], "static"), layout)
     _assert_metrics(wb, got)
     _assert_metrics(wb, got["bound"], "bound_")
     replicas = math.ceil(sheet["users"] / sheet["concurrency"])
@@ -95,7 +95,7 @@ def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> No
     TTFT and TPOT."""
     serving = _serving("llama3_1_8b.arch", "h100_sxm", "full")
     engine = Serving(serving.decode, serving.prefill)
-    demand = Demand(isl=2048, osl=128, users=300, tpot_max=0.03)
+    demand = Demand(isl=2048, osl=128, users=300, tpot_max=0.03, batching="static")
     best = plan({"full": engine}, demand, {})["best"]
     edits = {"users": 300, "isl": 2048, "osl": 128, "tpot_max": 30,
              "concurrency": best["concurrency_per_replica"],

@@ -14,6 +14,7 @@ arrival rate depends on its TPOT). Moving the KV cache between the pools is not 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
@@ -41,7 +42,7 @@ def disaggregate(engines: Mapping[str, "Serving"], d: Demand, overrides: Mapping
                  ) -> dict[str, Any]:
     """The two pools, their GPUs and the prefill-to-decode GPU ratio."""
     check_demand(d, overrides)
-    evaluated = grids(engines, d, overrides)
+    evaluated = grids(engines, replace(d, batching="static"), overrides)  # each pool: batches
     decode = _best(_decode_rows(evaluated, d), "tpot_s", d.tpot_max, "--tpot-max",
                    "tokens_per_s_per_gpu")
     prefill = _best(_prefill_rows(evaluated, d, decode["tpot_s"]), "ttft_s", d.ttft_max,

@@ -77,7 +77,7 @@ def speculate(target: "Serving", draft: Draft, request: "Request", contexts: np.
     verify = evaluate(target.decode, overrides, {**point, "T": float(k + 1)})
     drafted = evaluate(draft.engine.decode, layout, point)
     pre = evaluate(draft.engine.prefill, layout, {"B": c, "N": request.isl})
-    out = {"tokens_per_round": tokens_per_round(k, draft.acceptance), "fits": _fits(
+    out = {"tokens_per_round": tokens_per_round(k, draft.acceptance), "fits": both_fit(
         evaluate(target.decode, overrides, {"B": c, "N": float(request.isl + request.osl - 2)}),
         evaluate(draft.engine.decode, layout, {"B": c, "N": float(request.isl + request.osl - 2)}))}
     for key in (target.key, "roofline_s"):
@@ -89,7 +89,7 @@ def speculate(target: "Serving", draft: Draft, request: "Request", contexts: np.
     return out
 
 
-def _fits(target: Mapping[str, Any], draft: Mapping[str, Any]) -> bool:
+def both_fit(target: Mapping[str, Any], draft: Mapping[str, Any]) -> bool:
     """Both models' weights and KV caches in one GPU's memory."""
     used = target["memory.total_bytes_per_gpu"] + draft["memory.total_bytes_per_gpu"]
     return bool(used <= target["memory.capacity_bytes"])

@@ -188,10 +188,11 @@ def _value(text: str, flag: str, want: str | None) -> Fraction:
 
 
 def _time(text: str | None, flag: str) -> float | None:
-    """A positive time (`281.6ms`, `58.7us`; a bare number is seconds)."""
-    if text is None:
+    """A positive time with its unit (`281.6ms`, `58.7us`; a bare number is refused)."""
+    from infest.exports.cli.common import parse_time
+    value = parse_time(flag, text)
+    if value is None:
         return None
-    value = _value(text, flag, "s")
     if not 0 < value < 10**6:
         raise fail(None, f"{flag}: the time must be positive and under 10^6 s")
     return float(value)

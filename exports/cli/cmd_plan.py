@@ -4,40 +4,29 @@ from __future__ import annotations
 import argparse
 import json
 
-from infest.exports.cli.cmd_serve import add_request_args, add_use_arg, make_engine
-from infest.exports.cli.common import add_spec_args, parse_sets
+from infest.exports.cli.cmd_serve import (add_batching_args, add_request_args, add_use_arg, chunk_of,
+                                          make_engine)
+from infest.exports.cli.common import add_spec_args, parse_rate, parse_sets, parse_time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC --hw HW --isl --osl (--users | --rps) [--tpot-max] [--ttft-max] [--gpus-max]
-    [--disaggregate] [--json] [--plot]."""
+    """SPEC --hw HW --isl --osl (--users | --rps) [--tpot-max] [--ttft-max] [--batching]
+    [--chunk] [--gpus-max] [--engine] [--disaggregate] [--json] [--plot]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     add_use_arg(p)
     demand = p.add_mutually_exclusive_group(required=True)
     demand.add_argument("--users", type=int, metavar="U", help="concurrent users to serve")
-    demand.add_argument("--rps", type=float, metavar="R", help="requests per second to serve")
+    demand.add_argument("--rps", metavar="R", help="requests per second to serve (20 or 20/s)")
     p.add_argument("--tpot-max", metavar="TIME", help="TPOT limit, e.g. 50ms")
     p.add_argument("--ttft-max", metavar="TIME", help="TTFT limit, e.g. 2s")
+    add_batching_args(p)
     p.add_argument("--gpus-max", type=int, metavar="G", help="GPU limit (also caps one layout)")
     p.add_argument("--json", action="store_true", help="candidates, best, pareto")
-    p.add_argument("--plot", metavar="FILE", help="draw the Pareto front, best marked")
+    p.add_argument("--plot", metavar="FILE", help="draw the Pareto front of the listed "
+                   "candidates, best marked")
     p.add_argument("--disaggregate", action="store_true",
                    help="size a prefill pool (--ttft-max) and a decode pool (--tpot-max) apart")
-
-
-def _time(flag: str, text: str | None) -> float | None:
-    from infest.dsl.errors import fail
-    from infest.dsl.units import parse_value
-    if text is None:
-        return None
-    try:
-        value, dim = parse_value(text)
-    except ValueError as exc:
-        raise fail(None, f"{flag} {text!r}: {exc}", "e.g. 50ms, 2s") from None
-    if dim not in (None, "s"):
-        raise fail(None, f"{flag} {text!r}: expected a time, got {dim}", "e.g. 50ms, 2s")
-    return float(value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,11 +37,15 @@ def run(args: argparse.Namespace) -> int:
     from infest.exports.text.serve_text import disagg_text, plan_text
     if args.plot and args.disaggregate:
         raise fail(None, "--plot draws the combined plan's front", "drop --disaggregate or --plot")
+    if args.disaggregate and (args.chunk is not None or args.batching == "static"):
+        raise fail(None, "--disaggregate sizes static batches in each pool",
+                   "drop --chunk and --batching with --disaggregate")
     if args.plot:
         from infest.exports.plots.plots import check_plot_path
         check_plot_path(args.plot)
-    demand = Demand(args.isl, args.osl, args.users, args.rps, _time("--tpot-max", args.tpot_max),
-                    _time("--ttft-max", args.ttft_max), args.gpus_max)
+    demand = Demand(args.isl, args.osl, args.users, parse_rate("--rps", args.rps),
+                    parse_time("--tpot-max", args.tpot_max), parse_time("--ttft-max", args.ttft_max),
+                    args.gpus_max, args.batching, chunk_of(args))
     engines = _engines(args)
     if args.disaggregate:
         from infest.compiler.analyses.disagg import disaggregate

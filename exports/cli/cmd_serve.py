@@ -8,23 +8,32 @@ from infest.exports.cli.common import add_spec_args, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--set] [--draft ..] [--json]."""
+    """SPEC --hw HW --isl --osl --concurrency [--batching] [--chunk] [--engine] [--set]
+    [--draft ..] [--json]."""
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     add_use_arg(p)
     p.add_argument("--concurrency", type=int, required=True, metavar="C",
-                   help="requests in flight (the global batch B)")
-    p.add_argument("--batching", choices=("static", "continuous"), default="static",
-                   help="static: prefill together, then decode together; continuous: "
-                        "chunked prefill rides on the decode steps")
-    p.add_argument("--chunk", type=int, metavar="TOKENS",
-                   help="prefill tokens per step with --batching continuous (default 2048)")
+                   help="clients per replica, closed loop: each sends its next request "
+                        "the moment one ends (static: the batch)")
+    add_batching_args(p)
     p.add_argument("--draft", metavar="SPEC", help="speculative decoding: the draft model's spec")
     p.add_argument("--draft-len", type=int, default=4, metavar="K",
                    help="tokens the draft proposes per round (default 4)")
     p.add_argument("--acceptance", type=float, metavar="A",
                    help="chance a drafted token is accepted, 0 <= A < 1 (required with --draft)")
     p.add_argument("--json", action="store_true", help="the serve --json contract object")
+
+
+def add_batching_args(p: argparse.ArgumentParser) -> None:
+    """--batching and --chunk, shared with `plan`."""
+    p.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                   help="continuous (default): every step carries the running requests' "
+                        "decode tokens plus prompt chunks up to --chunk tokens; static: a "
+                        "batch prefills together, then decodes together")
+    p.add_argument("--chunk", type=int, metavar="TOKENS",
+                   help="tokens per step, decode tokens included (vLLM's "
+                        "max_num_batched_tokens) with --batching continuous (default 2048)")
 
 
 def add_use_arg(p: argparse.ArgumentParser) -> None:
@@ -46,23 +55,33 @@ def make_engine(args: argparse.Namespace, policy: str | None = None):
     from infest.compiler.backend.cache import cached_runner
     from infest.compiler.analyses.serve import Serving
     policy = policy if policy is not None else args.policy
-    return Serving(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model, policy=policy)
+    return Serving(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model,
+                                   policy=policy, engine=args.engine)
                     for phase in ("decode", "prefill")), use=args.use)
+
+
+def chunk_of(args: argparse.Namespace) -> int:
+    """--chunk, or the default budget; refused with --batching static (it has no budget)."""
+    from infest.compiler.analyses.serve import DEFAULT_CHUNK
+    from infest.dsl.errors import fail
+    if args.chunk is not None and args.batching == "static":
+        raise fail(None, "--chunk is the continuous token budget", "drop --chunk or --batching static")
+    return DEFAULT_CHUNK if args.chunk is None else args.chunk
 
 
 def run(args: argparse.Namespace) -> int:
     """Evaluate the request shape and print text or JSON."""
-    from infest.compiler.analyses.serve import DEFAULT_CHUNK, Request, check_request, serve
+    from infest.compiler.analyses.serve import Request, check_request, serve
     from infest.exports.text.serve_text import serve_text
-    request = Request(args.isl, args.osl, args.concurrency, args.batching,
-                      DEFAULT_CHUNK if args.chunk is None else args.chunk)
+    request = Request(args.isl, args.osl, args.concurrency, args.batching, chunk_of(args))
     check_request(request)
     draft = _draft(args)
     engine = make_engine(args)
     result = serve(engine, request, parse_sets(args.set), draft)
     result.update(use=args.use, model=engine.decode.model, hardware=engine.decode.hardware,
-                  policy=engine.decode.policy, isl=args.isl, osl=args.osl,
-                  concurrency=args.concurrency, batching=args.batching)
+                  policy=engine.decode.policy, engine=engine.decode.engine, isl=args.isl,
+                  osl=args.osl, concurrency=args.concurrency,
+                  chunk=request.chunk if args.batching == "continuous" else None)
     print(json.dumps(result, indent=2) if args.json else serve_text(result))
     return 0
 
@@ -80,6 +99,6 @@ def _draft(args: argparse.Namespace):
     if args.acceptance is None:
         raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
     check_draft(args.draft_len, args.acceptance)
-    engine = Serving(*(cached_runner(args.draft, args.hw, phase=phase)
+    engine = Serving(*(cached_runner(args.draft, args.hw, phase=phase, engine=args.engine)
                       for phase in ("decode", "prefill")), use=args.use)
     return Draft(engine, args.draft_len, args.acceptance)

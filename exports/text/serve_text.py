@@ -11,11 +11,14 @@ _ROWS = (("TTFT", "ttft_s", duration), ("TPOT", "tpot_s", duration), ("E2E", "e2
          ("tokens/s per GPU", "tokens_per_s_per_gpu", lambda v: f"{v:,.1f} tok/s"),
          ("tokens/s per user", "tokens_per_s_per_user", lambda v: f"{v:,.2f} tok/s"),
          ("requests/s", "requests_per_s", lambda v: f"{v:,.3g} req/s"))
-_MODEL = {
+# The scheduling model of each --batching, one line (docs/serving.md has the whole model).
+MODEL = {
     "static": "static batching: C prompts prefill together (no queueing), then decode "
               "together; TPOT is the mean decode step over contexts ISL..ISL+OSL-2",
-    "continuous": "continuous batching: C requests decode every step; each new prompt rides "
-                  "in chunks (one per step), TPOT includes the chunk-carrying steps",
+    "continuous": "continuous batching, closed loop: C clients per replica, each sending "
+                  "its next request when one ends; every step carries the running "
+                  "requests' decode tokens plus prompt chunks up to the token budget; "
+                  "TTFT = wait for budget + own chunk steps, TPOT includes the chunk steps",
 }
 NOTE = ("estimate = steps at achievable ceilings (datasheet x eff_mem, eff_flops, eff_link) "
         "with the launch floor (kernels x launch_overhead: an assumption about the engine); "
@@ -29,17 +32,31 @@ def serve_text(r: Mapping[str, Any]) -> str:
             f"concurrency={r['concurrency']}, policy {r['policy']}, {r['gpus']} GPU(s)")
     width = max(len(name) for name, _, _ in _ROWS)
     used = r.get("use", "estimate")
-    lines = [head, _MODEL[r["batching"]], "", f"{'':{width}}  {used:>14}  {'bound':>14}"]
+    lines = [head, MODEL[r["batching"]] + _budget(r), f"engine {r.get('engine', 'eager')}",
+             "", f"{'':{width}}  {used:>14}  {'bound':>14}"]
     for name, key, fmt in _ROWS:
         lines.append(f"{name:{width}}  {fmt(r[key]):>14}  {fmt(r['bound'][key]):>14}")
-    if r["batching"] == "continuous":
-        lines.append(f"prefill: {r['chunks']} chunk step(s) per prompt, "
-                     f"{r['chunk_steps']:g} of every {r['osl'] - 1} steps carry a chunk")
+    if "schedule" in r:
+        lines.append(_schedule_line(r["schedule"]))
     if "speculative" in r:
         lines.append(_speculative_line(r["speculative"]))
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+def _budget(r: Mapping[str, Any]) -> str:
+    return f" (budget {r['chunk']:,} tokens per step)" if r.get("chunk") else ""
+
+
+def _schedule_line(s: Mapping[str, Any]) -> str:
+    """What the continuous model found on the busiest data-parallel rank."""
+    how = ("prompts alone (one in prefill at a time)" if s["prompts"] == "alone" else
+           "prompts shared (every step carries prompt tokens)")
+    return (f"schedule per rank: {how}; TTFT = {s['ttft_steps']:.3g} step(s), "
+            f"{s['mixed_steps_per_request']:.3g} of a request's decode steps carry prompt "
+            f"tokens ({s['prompt_parts_per_mixed_step']:.3g} x {s['chunk_tokens']:,.0f} "
+            f"beside {s['decoders_per_mixed_step']:.3g} decode requests)")
 
 
 def _speculative_line(s: Mapping[str, Any]) -> str:
@@ -54,13 +71,27 @@ def _speculative_line(s: Mapping[str, Any]) -> str:
 
 def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
     """The best layout, the runners-up and the Pareto front, one line each."""
-    lines = [f"best (fewest GPUs meeting the limits and the demand; static batching, "
-             f"{r.get('use', 'estimate')}s):",
-             "  " + _plan_line(r["best"]), "runners-up:"]
-    lines += ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
-    lines += [f"Pareto front ({len(r['pareto'])} points, tokens/s per GPU vs per user):"]
+    q = r["request"]
+    lines = [plan_title(q), MODEL[r["batching"]] + _budget(q),
+             f"best (fewest GPUs meeting the limits and the demand; {q['use']}s, "
+             f"limits compared with means):", "  " + _plan_line(r["best"])]
+    if r.get("best_dominated_by"):
+        lines.append("  (off the front: dominated by " + _plan_line(r["best_dominated_by"]).strip() + ")")
+    lines += ["runners-up:"] + ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
+    lines += [f"Pareto front of the {len(r['candidates'])} candidates listed (up to "
+              f"{max(c['gpus'] for c in r['candidates'])} GPUs; {len(r['pareto'])} points, "
+              f"tokens/s per GPU vs per user):"]
     lines += ["  " + _plan_line(c) for c in r["pareto"]]
     return "\n".join(lines)
+
+
+def plan_title(q: Mapping[str, Any]) -> str:
+    """The request in one line: model, hardware, shape, demand, limits, engine."""
+    demand = f"{q['users']:,} users" if q.get("users") is not None else f"{q['rps']:g} req/s"
+    limits = ", ".join(f"{name} <= {duration(q[key])}" for name, key in
+                       (("TTFT", "ttft_max_s"), ("TPOT", "tpot_max_s")) if q[key] is not None)
+    return (f"{q['model']} on {q['hardware']}: ISL {q['isl']:,}, OSL {q['osl']:,}, {demand}"
+            f"{', ' + limits if limits else ''}; engine {q['engine']}")
 
 
 def _plan_line(c: Mapping[str, Any]) -> str:

@@ -101,7 +101,7 @@ HOW_TO = [
      "step's share. bound names the largest term."),
     ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
      "from the chart-data grids (points that fit only)."),
-    ("Plan", "Phases as `infest serve` computes it (static batching): users, concurrency "
+    ("Plan", "Phases as `infest serve --batching static` computes it: users, concurrency "
      "per replica, ISL, OSL, the TPOT and TTFT limits and a layout of its own in; TTFT, "
      "TPOT, E2E, tokens/s, GPUs needed, fits and whether the limits hold out (plan_<key>). "
      "TPOT averages the decode step over the context table beside it."),

@@ -1,4 +1,5 @@
-"""The workbook's Plan sheet: `infest serve` (static batching) as live formulas.
+"""The workbook's Plan sheet: `infest serve --batching static` as live formulas (serve's
+default, continuous batching, is not on this sheet yet).
 
 A planner edits the blue cells: users, concurrency per replica C, ISL, OSL, the TPOT and
 TTFT limits and the layout (tp, ep, pp, dp: this sheet's own; the other sheets use the
@@ -65,7 +66,7 @@ class Phases:
 def plan_sheet(b: Builder, serving: Phases) -> None:
     """Write the Plan sheet (see the module doc)."""
     ws = b.wb.create_sheet(SHEET, index=b.wb.sheetnames.index("Sweep") + 1)
-    ws.cell(1, 1, "Phases as `infest serve` computes it (static batching: C requests "
+    ws.cell(1, 1, "Phases as `infest serve --batching static` computes it (C requests "
                   "prefill together, then decode together). Edit the blue cells; the "
                   "layout here is this sheet's own.").font = HEADER_FONT
     ws.append([])

@@ -112,6 +112,23 @@ def test_qwen3_experts_only_reduces_once_per_moe_layer() -> None:
         ("all_reduce", 48, 4096)]
 
 
+def test_qwen3_tp8_without_expert_parallelism_has_no_all_to_all() -> None:
+    # ep = 1 under policy full (`by all_to_all`): no expert parallelism, as vLLM runs it
+    # without --enable-expert-parallel: every expert split 8 ways, tokens replicated, one
+    # all-reduce per MoE layer. 48 attention + 48 MoE all-reduces + 1 embedding = 97, each
+    # B*T x hidden x 2 bytes = 8 x 2048 x 2 = 32,768; the logits gathered once.
+    r = analyze(QWEN, hw="h200_sxm").evaluate({"tp": 8, "ep": 1, "B": 8})
+    assert _calls(r, "all_to_all") == 0
+    assert _calls(r, "all_reduce") == 48 + 48 + 1
+    assert {o["bytes"] for o in r["ops"] if o["kind"] == "all_reduce"} == {32_768}
+    assert _calls(r, "all_gather") == 1 and r["step"]["collectives"] == 98
+    # ep = 8: dispatch and combine over the 8 GPUs and a token all-gather per MoE layer
+    # replace the MoE all-reduce: 49 all-reduces, 96 all-to-alls, 48 + 1 all-gathers.
+    r8 = analyze(QWEN, hw="h200_sxm").evaluate({"tp": 8, "ep": 8, "B": 8})
+    assert (_calls(r8, "all_reduce"), _calls(r8, "all_to_all"), _calls(r8, "all_gather")) == (
+        49, 96, 49)
+
+
 def test_deepseek_experts_only_communicates_in_moe_layers_only() -> None:
     r = analyze(DEEPSEEK, hw="h200_sxm", policy="experts_only").evaluate({"tp": 8, "ep": 8})
     # 61 layers, the first 3 dense: one all-reduce per MoE layer, none for dense ones.

@@ -506,8 +506,8 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
     cost, params, active = _routed(out.cost, out.params, scope)
     if stored is not None and scope.experts is not None:
         stored = stored * scope.experts[0]  # every expert stored, like params
-    if "kernels" in common:
-        cost = cost.replace(kernels=common["kernels"])
+    # The kind's kernel count (ops.py), unless the spec states its own.
+    cost = cost.replace(kernels=common.get("kernels", sympy.Integer(OPS[call.func].kernels)))
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),

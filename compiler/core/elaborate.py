@@ -20,7 +20,7 @@ from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.compiler.core.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.passes.engine import Fusion, fusion_of
 from infest.compiler.core.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.core.ops import (COMMON_KWARGS, EVERY_TOKEN_KINDS, KV_ELEM, KV_ELEM_NAME, OPS,
+from infest.compiler.core.ops import (COMMON_KWARGS, KV_ELEM, KV_ELEM_NAME, OPS,
                                       OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor,
                                       touched_experts)
 from infest.compiler.core.params import Param, defaults_of, resolve_params
@@ -317,7 +317,7 @@ def _last_token(call: ast.Call, tensors: list[Tensor], common: dict) -> bool:
     or fed only by such ops (a softmax over the logits)."""
     flagged = bool(common.get("last_token", 0))
     last = flagged or bool(tensors) and all(t.last_token for t in tensors)
-    if last and call.func in EVERY_TOKEN_KINDS:
+    if last and OPS[call.func].every_token:
         why = "is flagged last_token=1" if flagged else "reads only last-token rows"
         raise fail(call.span, f"{call.func}() {why}, but it needs every new token",
                    "last_token=1 is for the ops after the final norm that only feed the "

@@ -450,7 +450,3 @@ OPTIONAL_ARGS = {"window", "sinks", "softcap", "index_topk", "dim", "bias", "tie
                  "params", "width", "kv_per_token"}
 COMMON_KWARGS = ("kernels", "blocks", "weights", "kv", "act", "math", "residual", "biases", "bits",
                  "last_token")
-# Ops that need every new token: they gather rows, write the KV cache or a recurrent
-# state, or route tokens, so `last_token=1` (or an input that holds only last positions)
-# is refused on them (the `every_token` facet).
-EVERY_TOKEN_KINDS = frozenset(k for k, r in OPS.items() if r.every_token)

@@ -43,7 +43,7 @@ def result_json(runner: "Runner", inputs: list["Input"], values: dict[str, Any])
                    "active": _number("active", values["params.active"]),
                    "groups": {g: _number("total", values[f"groups.{g}"]) for g in runner.groups}},
         "parallel": {**{k: _number(k, values[f"parallel.{k}"]) for k in PARALLEL_KEYS},
-                     "policy": runner.policy},
+                     "policy": runner.policy, "policy_derived": runner.policy_derived},
         "memory": {k: _number(k, values[f"memory.{k}"]) for k in MEMORY_KEYS},
         "step": step,
         "ops": [_op_json(runner, i, values) for i in range(len(runner.ops))

@@ -26,7 +26,7 @@ from infest.dsl.errors import Diagnostic, SpecError, Span, did_you_mean, fail
 DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
             **{p: Fraction(1) for p in PARALLEL}}
 MAX_VALUE = 10**30  # --set values past this are typos (and would overflow exact checks)
-FORMAT = 3          # bumped whenever the stored shape of a Runner changes
+FORMAT = 4          # bumped whenever the stored shape of a Runner changes
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class Runner:
     missing: tuple[Missing, ...]
     source: str                        # generated code: def forms(...), def constraints(...)
     policies: tuple[str, ...] = ()     # the sharding policies the spec declares
+    policy_derived: bool = False       # `policy` derived from group names (none declared)
     spans: dict[str, Span] = field(default_factory=dict)  # where each model param is written
 
     @cached_property

@@ -59,7 +59,7 @@ def build_runner(forms: Forms, hw: CompiledHardware | None) -> Runner:
                 + constraints_source(model.constraints, check_names)
                 + numpy_source([sym(n) for n in names], _probe_forms(layout),
                                name="probe")),
-        policies=tuple(model.policies),
+        policies=tuple(model.policies), policy_derived=forms.layout.derived,
         spans={p.name: p.span for p in model.params.values() if p.span is not None})
 
 

@@ -31,7 +31,7 @@ from infest.compiler.core.constraints import Constraint
 from infest.compiler.core.cost import Cost
 from infest.compiler.core.functions import Max, Min
 from infest.compiler.core.ops import OPS, PARALLEL_FACETS, element_bytes
-from infest.compiler.passes.policy import Policy
+from infest.compiler.passes.policy import STANDARD_GROUPS, Policy, unplaced
 from infest.compiler.core.symbols import B, PARALLEL, T, sym
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class Layout:
 
     policy: str | None
     constraints: tuple[Constraint, ...]
+    derived: bool = False   # the policy was derived from group names (none declared)
 
 
 @dataclass
@@ -90,19 +91,33 @@ def shard(model: "CompiledModel", policy: Policy | None, links: Links) -> tuple[
     layout = tuple(walk.constraints.values())
     sharded = replace(model, ops=walk.ops, constraints=[*model.constraints, *layout])
     sharded.__dict__.pop("graph", None)  # a cached graph of the unsharded ops
-    return sharded, Layout(policy.name if policy else None, layout)
+    return sharded, Layout(policy.name if policy else None, layout,
+                           bool(policy and policy.derived))
 
 
 # ---- placing one op ----------------------------------------------------------------
 
 def _visit(op: "OpNode", w: _Walk) -> None:
     axis = w.policy.split(op.group) if w.policy else None
+    if w.policy is not None and unplaced(w.policy, op.group) and op.params != 0:
+        _unplaced(op, w)
     if axis == "ep" and (op.experts is not None or op.kind == "moe"):
         _expert_op(op, w)
         return
     w.in_body = None
     rule = PARALLEL_RULES[OPS[op.kind].parallel]  # every kind declares one (core/ops.py)
     rule(op, w, TP if axis == "tp" else None)  # `over ep` outside a moe body: replicated
+
+
+def _unplaced(op: "OpNode", w: _Walk) -> None:
+    """A weight-bearing op of a group no derived rule names: one GPU is fine, tp > 1 needs
+    the spec to say how to split it (never a silent replication)."""
+    # One check per group (the first weight-bearing op locates it).
+    w.need(Constraint("le", TP, ONE, f"tp <= 1 for group '{op.group}': it holds weights and, "
+                      "with no policy block in the model, only standard group names are split",
+                      op.span,
+                      "declare `policy full { split ... over tp }` naming how to split it, or "
+                      f"name the group one of {', '.join(STANDARD_GROUPS)}"))
 
 
 def _inputs(op: "OpNode", w: _Walk) -> list[tuple[str, Place]]:

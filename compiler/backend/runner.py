@@ -47,6 +47,7 @@ class OpInfo:
     group: str
     collective: bool
     span: Span | None
+    peaks: tuple[str, ...] = ()   # the math peaks it may run at, first choice first
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,8 @@ class Runner:
         d = dict(data)
         del d["format"]
         d["defaults"] = {k: Fraction(n, m) for k, (n, m) in d["defaults"].items()}
-        d["ops"] = tuple(OpInfo(**{**o, "span": _span(o["span"])}) for o in d["ops"])
+        d["ops"] = tuple(OpInfo(**{**o, "span": _span(o["span"]), "peaks": tuple(o["peaks"])})
+                         for o in d["ops"])
         d["checks"] = tuple(CheckInfo(**{**c, "span": _span(c["span"]), "uses": tuple(c["uses"])})
                             for c in d["checks"])
         d["missing"] = tuple(Missing(**{**m, "span": _span(m["span"])}) for m in d["missing"])
@@ -211,7 +213,8 @@ class Runner:
 def _check_sign(name: str, value: Fraction) -> None:
     """Only fields that may be 0 (latencies: compiler/load/hardware.py) may be 0; nothing < 0;
     efficiencies lie in (0, 1]."""
-    from infest.compiler.load.hardware import EFFICIENCIES, MAY_BE_ZERO, in_range, sign_rule
+    from infest.compiler.load.fields import EFFICIENCIES, MAY_BE_ZERO
+    from infest.compiler.load.hardware import in_range, sign_rule
     if in_range(name, value):
         return
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",

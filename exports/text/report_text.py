@@ -122,6 +122,12 @@ def layout_line(result: dict) -> str:
     return f"layout {degrees}: {gpus}{policy}{note}"
 
 
+def fallback_lines(result: dict) -> list[str]:
+    """`math: 376 ops in fp4 run at bf16 (...)`: formats the hardware cannot compute in."""
+    return [f"math: {f['ops']} ops in {f['math']} run at {f['runs_at']}: {f['note']}"
+            for f in result.get("math_fallback") or ()]
+
+
 def heading(result: dict) -> str:
     """Model, hardware, phase and the point (B, N, T)."""
     ins = result["inputs"]
@@ -131,7 +137,7 @@ def heading(result: dict) -> str:
 
 def text(result: dict) -> str:
     """The full plain-text report."""
-    parts = [heading(result), layout_line(result), "",
+    parts = [heading(result), layout_line(result), *fallback_lines(result), "",
              table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
              "", pairs(summary_rows(result))]
     if result.get("capacity"):

@@ -146,3 +146,64 @@ def test_list_shows_the_catalogue(capsys: pytest.CaptureFixture) -> None:
     assert "624 TOP/s" in row
     gb200 = next(line for line in hardware.splitlines() if line.startswith("gb200"))
     assert "186 GB" in gb200 and "10 PFLOP/s" in gb200 and gb200.split()[-1] == "72"
+
+
+SPECS = sorted(p.stem for p in MODELS.glob("*.arch"))
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_every_shipped_spec_evaluates_on_every_shipped_gpu(spec: str) -> None:
+    # One set of forms per spec (they leave the hardware symbolic); each GPU's catalogue
+    # values substituted, as `--hw NAME` does. A format a GPU lacks falls back and is named.
+    a = analyze(MODELS / f"{spec}.arch", hw="h100_sxm")
+    for name in CATALOGUE:
+        r = a.evaluate(fields_as_sets(name))
+        assert r["step"]["time_s"] > 0, (spec, name)
+        wanted = {f["math"] for f in r["math_fallback"]}
+        lacking = {p for p in ("fp8", "fp4") if fields(name)[f"flops_{p}"] == 0}
+        assert wanted <= lacking, (spec, name)
+
+
+def fields_as_sets(name: str) -> dict[str, float]:
+    """A shipped GPU's catalogue fields, as --set overrides."""
+    from infest.compiler.load.fields import CATALOGUE as EVERY_PART_HAS
+    f = fields(name)
+    return {k: f[k] for k in EVERY_PART_HAS}
+
+
+NVFP4 = Path(__file__).parent / "fixtures" / "hf" / "collection"
+
+
+@pytest.fixture(scope="module")
+def qwen3_nvfp4(tmp_path_factory) -> Path:
+    """nvidia/Qwen3-235B-A22B-NVFP4 imported with import-hf (its config and ModelOpt
+    hf_quant_config from the fixtures)."""
+    out = tmp_path_factory.mktemp("nvfp4") / "q.arch"
+    stem = NVFP4 / "nvidia--Qwen3-235B-A22B-NVFP4"
+    assert main(["import-hf", f"{stem}.config.json", "--quant-config",
+                 f"{stem}.hf_quant_config.json", "-o", str(out)]) == 0
+    return out
+
+
+def test_nvfp4_runs_weight_only_on_hopper_and_fp4_on_blackwell(qwen3_nvfp4: Path,
+                                                                capsys) -> None:
+    h200 = analyze(qwen3_nvfp4, hw="h200_sxm").evaluate({"B": 64})
+    b200 = analyze(qwen3_nvfp4, hw="b200").evaluate({"B": 64})
+    # Weights stream at their stored size on both: nvfp4 is 4.5 bits a weight; the
+    # embedding, routers and LM head stay bf16. 235B params x 2 bytes in bf16 = 470 GB.
+    for r in (h200, b200):
+        share = r["memory"]["weights_bytes"] / (2 * r["params"]["total"])
+        assert 0.28 <= share <= 0.33
+    assert h200["memory"]["weights_bytes"] == b200["memory"]["weights_bytes"]
+    (fb,) = h200["math_fallback"]
+    assert (fb["math"], fb["runs_at"]) == ("fp4", "bf16") and "weight-only" in fb["note"]
+    assert b200["math_fallback"] == []
+    # The experts' gate GEMM: 2 FLOPs x 64 tokens x top_k 8 x 4096 x 1536 per layer, at
+    # the bf16 peak on the H200 (989 TFLOP/s) and the fp4 peak on the B200 (9,000).
+    flops = 2 * 64 * 8 * 4096 * 1536
+    g = {k: next(o for o in r["ops"] if o["name"] == "decoder.g")
+         for k, r in (("h200", h200), ("b200", b200))}
+    assert g["h200"]["t_compute_s"] == pytest.approx(flops / 989e12, rel=1e-12)
+    assert g["b200"]["t_compute_s"] == pytest.approx(flops / 9000e12, rel=1e-12)
+    assert main(["eval", str(qwen3_nvfp4), "--hw", "h200_sxm", "--json"]) == 0
+    assert '"runs_at": "bf16"' in capsys.readouterr().out

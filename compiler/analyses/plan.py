@@ -24,7 +24,7 @@ import numpy as np
 
 from infest.compiler.analyses.serve import (Request, busiest_batch, check_context, check_request,
                                    decode_contexts)
-from infest.compiler.core.keys import PARALLEL
+from infest.compiler.core.keys import BUILTINS, PARALLEL
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ def describe(c: Mapping[str, Any]) -> str:
 
 def check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
     check_request(Request(d.isl, d.osl, 1))
-    for name in ("B", "N", "T", "tp", "ep", "pp", "dp"):
+    for name in BUILTINS + PARALLEL:
         if name in overrides:
             raise fail(None, f"--set {name}: plan searches it")
     if (d.users is None) == (d.rps is None):

@@ -6,14 +6,12 @@ from typing import Any, Mapping, TYPE_CHECKING
 
 import numpy as np
 
-from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
+from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS, key_info
 from infest.compiler.core.terms import BOUND_TERMS, TIME_TERMS
 
 if TYPE_CHECKING:
     from infest.compiler.backend.runner import Input, Runner
 
-_INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active",
-             "collectives", *PARALLEL_KEYS}
 
 
 def _number(key: str, value: Any) -> Any:
@@ -24,7 +22,7 @@ def _number(key: str, value: Any) -> Any:
     v = float(v)
     if not math.isfinite(v):
         return None
-    if key in _INT_KEYS and v.is_integer():
+    if key_info(key).integer and v.is_integer():
         return int(v)
     return v
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
+from infest.compiler.core.keys import BUILTINS, PARALLEL
 from infest.compiler.load.fields import (EFFICIENCIES, FIELD_TABLE, FIELDS, HARDWARE_FIELDS,
                                          MAY_BE_ZERO, MEASURED, REQUIRED)
 from infest.dsl.errors import Collector, Span, SpecError, did_you_mean, fail
@@ -104,8 +105,9 @@ def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
 def _foreign(f: ast.HwField) -> SpecError:
     """A name a hardware block may not set: an input of the model or the run (B, tp,
     hit_rate, ...) or a typo. Hardware blocks set hardware fields only."""
-    if f.name in FIELDS:
-        return fail(f.span, f"'{f.name}' is not a hardware field", "set it with --set")
+    if f.name in FIELDS or f.name in BUILTINS + PARALLEL:
+        return fail(f.span, f"'{f.name}' is not a hardware field",
+                    f"it is an input of the run: --set {f.name}=...")
     return fail(f.span, f"unknown hardware field '{f.name}'",
                 did_you_mean(f.name, HARDWARE_FIELDS)
                 or "hardware blocks set hardware fields only (see `infest list`); "

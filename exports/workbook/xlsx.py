@@ -31,9 +31,9 @@ from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.core.ops import KV_ELEM_NAME
-from infest.compiler.core.symbols import BUILTIN_DOC, sym
+from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
-                                          OOM_FILL, OOM_FONT, PARALLEL_DOC, UNFIT_FILL, UNFIT_FONT,
+                                          OOM_FILL, OOM_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, live_cell, set_formula, unit_of)
 from infest.exports.workbook.xlsx_names import Namer
 

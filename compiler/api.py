@@ -17,6 +17,7 @@ from infest.compiler.core.elaborate import elaborate
 from infest.compiler.core.graph import CompiledModel
 from infest.compiler.forms.evaluate import build_runner
 from infest.compiler.passes.engine import engine_hardware, resolve_engine
+from infest.compiler.load.fields import REQUIRED
 from infest.compiler.load.hardware import CompiledHardware, compile_hardware
 from infest.compiler.load.loader import Program, load_program, pick_model, resolve_spec, shipped
 from infest.compiler.forms.model import Forms, build_forms
@@ -35,7 +36,7 @@ def load_model(path: str | Path, model: str | None = None,
 
 
 def _hardware_field_names(program: Program) -> set[str]:
-    names = {"mem_capacity", "mem_bw", "launch_overhead", "sms"}
+    names = set(REQUIRED) | {"sms"}
     for hw, _ in program.hardware.values():
         names.update(f.name for f in hw.fields)
     return names
@@ -127,8 +128,9 @@ def links_of(hardware: CompiledHardware | None) -> Links:
     if hardware is None:
         return Links()
     has = set(hardware.fields)
-    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has,
-                 host="host_bw" in has)
+    # net_bw = 0 in the catalogue: no network between nodes (a group must fit one node).
+    net = set(NET_FIELDS) <= has and hardware.fields["net_bw"].value > 0
+    return Links(link=set(LINK_FIELDS) <= has, net=net, host="host_bw" in has)
 
 
 def _check_hardware_names(model: CompiledModel, hardware: CompiledHardware) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.load.hardware import MAY_BE_ZERO
+from infest.compiler.load.fields import MAY_BE_ZERO
 from infest.dsl.errors import SpecError
 
 ROOT = Path(__file__).parents[1]
@@ -58,9 +58,13 @@ def test_link_latency_zero_leaves_the_bandwidth_term() -> None:
 
 
 def test_may_be_zero_is_declared_once() -> None:
-    # latencies, and the offload inputs (no expert resident, no measured hits)
+    # latencies, the offload inputs (no expert resident, no measured hits), peaks a GPU
+    # may lack (all but bf16, where every fallback ends), measured ceilings left blank and
+    # an absent network
     assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency", "gpu_experts",
-                           "hit_rate"}
+                           "hit_rate", "flops_fp16", "flops_fp8", "flops_fp4", "flops_int8",
+                           "flops_tf32", "flops_fp32", "mem_bw_measured",
+                           "flops_bf16_measured", "net_bw"}
 
 
 @pytest.mark.parametrize("name", ["mem_bw", "flops_bf16", "mem_capacity", "link_bw", "B", "N"])

@@ -69,13 +69,16 @@ def test_nvfp4_deepseek_imports_at_its_fp4_size(tmp_path: Path) -> None:
     assert "nvfp4" in out.read_text()
 
 
-def test_nvfp4_math_needs_fp4_hardware(tmp_path: Path) -> None:
-    """NVFP4 is W4A4: its GEMMs run at flops_fp4, which an H200 lacks."""
+def test_nvfp4_math_falls_back_to_bf16_without_fp4_hardware(tmp_path: Path) -> None:
+    """NVFP4 is W4A4: its GEMMs run at flops_fp4, which an H200 lacks (0 in its file): they
+    run weight-only at bf16 there, weights at their stored 4.5 bits, and the JSON says so."""
     path = tmp_path / "ds.arch"
     path.write_text(import_hf(HF / "nvidia--DeepSeek-V3.1-FP4.config.json",
                               HF / "nvidia--DeepSeek-V3.1-FP4_hf_quant_config.json"))
-    with pytest.raises(SpecError, match="flops_fp4"):
-        analyze(path, hw="h200_sxm").evaluate({"B": 1})
+    r = analyze(path, hw="h200_sxm").evaluate({"B": 1})
+    assert [(f["math"], f["runs_at"]) for f in r["math_fallback"]] == [("fp4", "bf16")]
+    assert r["memory"]["weights_bytes"] == analyze(path, hw="b200").evaluate(
+        {"B": 1})["memory"]["weights_bytes"]
 
 
 def test_gptq_4bit_group_128_llama(tmp_path: Path) -> None:
@@ -272,3 +275,21 @@ def test_modelopt_inline_block_reads_as_its_quant_file(tmp_path: Path, stem: str
     assert _body(import_hf(config)) == _body(import_hf(stripped, quant)) == _body(both)
     # The ignore lists keep the LM head in bf16 (and MiniMax's attention); the cache is fp8.
     assert "kv: fp8" in both and "lm_head" in both.split("kept unquantized")[0]
+
+
+@pytest.mark.parametrize("qc", [
+    {"quant_method": "fp8", "fmt": "e4m3"},
+    {"quant_method": "mxfp4"},
+    {"quant_method": "gptq", "bits": 4, "group_size": 128},
+    {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+])
+def test_kv_cache_scheme_sets_the_kv_dtype_in_every_form(tmp_path: Path, qc: dict) -> None:
+    from infest.compiler.hf.quant import formats
+    kv = {"type": "float", "num_bits": 8}
+    plain = formats({"quantization_config": qc}, "c.json", "bf16", 32, None, None)
+    cached = formats({"quantization_config": {**qc, "kv_cache_scheme": kv}}, "c.json", "bf16",
+                     32, None, None)
+    assert plain.kv == "bf16" and cached.kv == "fp8"
+    assert "fp8 KV cache" in cached.scheme
+    assert (cached.weights, cached.math, cached.overrides) == (plain.weights, plain.math,
+                                                               plain.overrides)

@@ -61,12 +61,14 @@ CASES = [
     # Layouts edited in the workbook: tp and pp (tp x pp = 16 > 8 per node: the network).
     ("llama3_1_8b.arch", "h100_sxm", "decode", {"tp": 8, "pp": 2, "B": 16}),
     ("qwen3_30b_a3b.arch", "h200_sxm", "decode", {"tp": 4, "ep": 4, "B": 8}),
+    # A GPU without fp8 math typed into an H100's workbook: the same formulas pick bf16.
+    ("llama3_1_8b_fp8.arch", "h100_sxm", "decode", {"flops_fp8": 0, "B": 64}),
 ]
 
 
 @pytest.mark.parametrize("spec,hw,phase,edits", CASES,
                          ids=["llama-defaults", "llama-edited", "llama-prefill", "qwen3-moe",
-                              "llama-tp8-pp2", "qwen3-tp4-ep4"])
+                              "llama-tp8-pp2", "qwen3-tp4-ep4", "fp8-peak-zeroed"])
 def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, phase: str,
                               edits: dict) -> None:
     analysis = analyze(MODELS / spec, hw=hw, phase=phase)

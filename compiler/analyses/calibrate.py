@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from infest.compiler.load.hardware import CompiledHardware, efficiencies
+from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TIME_TERMS, derated
 from infest.dsl.errors import Span, fail
 
@@ -43,7 +44,7 @@ GRID = 41                    # candidates per coefficient per round
 ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
 FITTED = tuple(t.eff for t in TIME_TERMS if t.eff)
 REQUIRED = ("spec", "hardware", "B", "N", "step_s")
-LAYOUT = ("tp", "ep", "pp", "dp")
+LAYOUT = PARALLEL
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.analyses.plan import Demand, check_demand, describe, grids
+from infest.compiler.core.keys import PARALLEL
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def disaggregate(engines: Mapping[str, "Serving"], d: Demand, overrides: Mapping
 
 
 def _layout(policy: str, row: np.ndarray) -> dict[str, Any]:
-    return {**{k: int(v) for k, v in zip(("tp", "ep", "pp", "dp"), row)}, "policy": policy}
+    return {**{k: int(v) for k, v in zip(PARALLEL, row)}, "policy": policy}
 
 
 def _decode_rows(evaluated, d: Demand) -> list[dict[str, Any]]:

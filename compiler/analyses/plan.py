@@ -30,7 +30,7 @@ from infest.compiler.analyses.continuous import (Budget, Decoding, latencies, po
                                                  schedule, step_costs)
 from infest.compiler.analyses.serve import (DEFAULT_BATCHING, DEFAULT_CHUNK, Request, busiest_batch,
                                             check_context, check_request, decode_contexts)
-from infest.compiler.core.keys import PARALLEL
+from infest.compiler.core.keys import BUILTINS, PARALLEL
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -294,7 +294,7 @@ def describe(c: Mapping[str, Any]) -> str:
 def check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
     """Bad demands are one-line errors, before any evaluation."""
     check_request(Request(d.isl, d.osl, 1, d.batching, d.chunk))
-    for name in ("B", "N", "T", "tp", "ep", "pp", "dp"):
+    for name in BUILTINS + PARALLEL:
         if name in overrides:
             raise fail(None, f"--set {name}: plan searches it")
     if (d.users is None) == (d.rps is None):

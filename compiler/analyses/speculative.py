@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from infest.compiler.backend.runner import evaluate
+from infest.compiler.core.keys import PARALLEL
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 MAX_DRAFT_LEN = 32        # drafted tokens per round (real drafts use 1..8)
 BISECTION_STEPS = 60      # halvings of [0, 1): well below float resolution
-LAYOUT = ("tp", "ep", "pp", "dp")
+LAYOUT = PARALLEL
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from infest.dsl.errors import Diagnostic, SpecError, Span, did_you_mean, fail
 DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
             **{p: Fraction(1) for p in PARALLEL}}
 MAX_VALUE = 10**30  # --set values past this are typos (and would overflow exact checks)
-FORMAT = 3          # bumped whenever the stored shape of a Runner changes
+FORMAT = 4          # bumped whenever the stored shape of a Runner changes
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class OpInfo:
     group: str
     collective: bool
     span: Span | None
+    peaks: tuple[str, ...] = ()   # the math peaks it may run at, first choice first
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Runner:
     missing: tuple[Missing, ...]
     source: str                        # generated code: def forms(...), def constraints(...)
     policies: tuple[str, ...] = ()     # the sharding policies the spec declares
+    policy_derived: bool = False       # `policy` derived from group names (none declared)
     spans: dict[str, Span] = field(default_factory=dict)  # where each model param is written
 
     @cached_property
@@ -196,7 +198,8 @@ class Runner:
         d = dict(data)
         del d["format"]
         d["defaults"] = {k: Fraction(n, m) for k, (n, m) in d["defaults"].items()}
-        d["ops"] = tuple(OpInfo(**{**o, "span": _span(o["span"])}) for o in d["ops"])
+        d["ops"] = tuple(OpInfo(**{**o, "span": _span(o["span"]), "peaks": tuple(o["peaks"])})
+                         for o in d["ops"])
         d["checks"] = tuple(CheckInfo(**{**c, "span": _span(c["span"]), "uses": tuple(c["uses"])})
                             for c in d["checks"])
         d["missing"] = tuple(Missing(**{**m, "span": _span(m["span"])}) for m in d["missing"])
@@ -210,7 +213,8 @@ class Runner:
 def _check_sign(name: str, value: Fraction) -> None:
     """Only fields that may be 0 (latencies: compiler/load/hardware.py) may be 0; nothing < 0;
     efficiencies lie in (0, 1]."""
-    from infest.compiler.load.hardware import EFFICIENCIES, MAY_BE_ZERO, in_range, sign_rule
+    from infest.compiler.load.fields import EFFICIENCIES, MAY_BE_ZERO
+    from infest.compiler.load.hardware import in_range, sign_rule
     if in_range(name, value):
         return
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",

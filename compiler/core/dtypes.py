@@ -44,3 +44,23 @@ def custom_bits(bits: Fraction) -> DType:
 def math_peak(math: DType, act: DType) -> str:
     """The flops_<suffix> an op's math runs at: the math dtype's own, else the act dtype's."""
     return math.peak or act.peak or "bf16"
+
+
+# Bits of the operands each peak multiplies: a fallback only ever widens.
+PEAK_BITS = {"fp4": 4, "fp8": 8, "int8": 8, "fp16": 16, "bf16": 16, "tf32": 32, "fp32": 32}
+# The peak every fallback ends at: the one field no GPU may set to 0.
+FALLBACK_PEAK = "bf16"
+
+
+def peak_chain(math: DType, act: DType) -> tuple[str, ...]:
+    """The peaks an op's math may run at, by preference: its own (math_peak); where the
+    hardware computes nothing in that format (peak 0), the activation dtype's if wider
+    (a narrower format the checkpoint allows: W4A8), then bf16 (weight-only: W4A16,
+    W8A16, weights upcast as they stream). Never narrower than the first choice: fp32
+    math does not fall back to bf16."""
+    first = math_peak(math, act)
+    chain = [first]
+    for peak in (act.peak, FALLBACK_PEAK):
+        if peak and peak not in chain and PEAK_BITS[peak] > PEAK_BITS[chain[-1]]:
+            chain.append(peak)
+    return tuple(chain)

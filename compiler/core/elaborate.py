@@ -21,7 +21,7 @@ from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.compiler.core.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
 from infest.compiler.passes.engine import Fusion, fusion_of
 from infest.compiler.core.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.core.ops import (COMMON_KWARGS, EVERY_TOKEN_KINDS, KV_ELEM, KV_ELEM_NAME, OPS,
+from infest.compiler.core.ops import (COMMON_KWARGS, KV_ELEM, KV_ELEM_NAME, OPS,
                                       OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor,
                                       touched_experts)
 from infest.compiler.core.params import Param, defaults_of, resolve_params
@@ -322,7 +322,7 @@ def _last_token(call: ast.Call, tensors: list[Tensor], common: dict) -> bool:
     or fed only by such ops (a softmax over the logits)."""
     flagged = bool(common.get("last_token", 0))
     last = flagged or bool(tensors) and all(t.last_token for t in tensors)
-    if last and call.func in EVERY_TOKEN_KINDS:
+    if last and OPS[call.func].every_token:
         why = "is flagged last_token=1" if flagged else "reads only last-token rows"
         raise fail(call.span, f"{call.func}() {why}, but it needs every new token",
                    "last_token=1 is for the ops after the final norm that only feed the "
@@ -518,14 +518,14 @@ def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
     name = _unique(scope.prefix + binding, state)
     stored = out.param_bytes
     cost, params, active = _routed(out.cost, out.params, scope)
+    # The kind's kernel count (ops.py), unless the spec states its own.
+    cost = cost.replace(kernels=common.get("kernels", sympy.Integer(OPS[call.func].kernels)))
     held = scope.held or (scope.group if call.func == "held" else "")
-    if held:  # stored, not run: no cost, no KV cache, nothing active
+    if held:  # stored, not run: no cost, no launches, no KV cache, nothing active
         cost, active, out = Cost(kernels=sympy.Integer(0)), sympy.Integer(0), \
             replace(out, kv_cache=sympy.Integer(0), kv_per_token=sympy.Integer(0))
     if stored is not None and scope.experts is not None:
         stored = stored * scope.experts[0]  # every expert stored, like params
-    if "kernels" in common:
-        cost = cost.replace(kernels=common["kernels"])
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),

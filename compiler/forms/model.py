@@ -13,6 +13,7 @@ from itertools import combinations
 import sympy
 
 from infest.compiler.core.graph import CompiledModel, OpNode
+from infest.compiler.core.dtypes import peak_chain
 from infest.compiler.core.keys import COST_KEYS, STEP_KEYS
 from infest.compiler.core.functions import Max, floor
 from infest.compiler.core.ops import L, touched_experts
@@ -58,6 +59,17 @@ def peak_symbol(peak: str) -> sympy.Symbol:
     return sym(f"flops_{peak}")
 
 
+def peak_form(op: OpNode) -> sympy.Expr:
+    """The peak an op's math runs at, chosen by value: the first of its peak chain
+    (compiler/core/dtypes.py peak_chain) the hardware computes in (non-zero), so one
+    form serves every GPU: flops_fp4 where B200 has it, else flops_bf16 (weight-only)."""
+    chain = [peak_symbol(p) for p in peak_chain(op.dtypes.math, op.dtypes.act)]
+    if len(chain) == 1:
+        return chain[0]
+    return sympy.Piecewise(*((p, sympy.StrictGreaterThan(p, 0)) for p in chain[:-1]),
+                           (chain[-1], True))
+
+
 def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | None = None,
                 links: Links = Links(), engine: Engine = ENGINES[DEFAULT_ENGINE]) -> Forms:
     """Derive every closed form for a phase ('decode' or 'prefill') as one GPU of the
@@ -80,7 +92,7 @@ def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | No
 
 # The per-instance form of each time term (compiler/core/terms.py lists them).
 TERM_FORMS = {
-    "compute": lambda op, links: op.cost.flops / peak_symbol(op.peak),
+    "compute": lambda op, links: op.cost.flops / peak_form(op),
     "memory": lambda op, links: op.cost.bytes / MEM_BW,
     "launch": lambda op, links: op.cost.kernels * LAUNCH,
     "comm": lambda op, links: (call_time(op.comm, op.cost.comm_bytes, links)

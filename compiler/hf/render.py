@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infest.compiler.passes.policy import STANDARD_TP
 from infest.compiler.hf.quant import Formats
 
 _OP_COLUMN = 54  # where `group` and trailing comments start, as in the shipped specs
@@ -117,10 +118,11 @@ def render(arch: Arch) -> str:
 def _policy_lines(arch: Arch) -> list[str]:
     """The shipped specs' policies: `full` (Megatron tensor parallel; routed experts over
     ep with dispatch and combine) and, for MoE, `experts_only`."""
-    groups = ["embedding", "attention"] + (["mlp"] if arch.ffn else [])
+    present = {"embedding", "attention", "lm_head"} | ({"mlp"} if arch.ffn else set())
     if arch.experts and arch.experts.shared_ffn:
-        groups.append("shared_expert")
-    split = f"split {', '.join(groups + ['lm_head'])} over tp"
+        present.add("shared_expert")
+    groups = [g for g in STANDARD_TP if g in present]  # the one standard split (policy.py)
+    split = f"split {', '.join(groups)} over tp"
     if not arch.experts:
         return [f"  policy full {{ {split} }}"]
     return ["  policy full {", f"    {split}", "    split experts over ep by all_to_all", "  }",

@@ -41,13 +41,13 @@ def _print_hardware() -> None:
         for hw_ast, file in load_program(path).hardware.values():
             f = {k: float(v.value) for k, v in compile_hardware(hw_ast, file).fields.items()}
             peaks = [si(f[f"flops_{d}"], "OP/s" if d == "int8" else "FLOP/s")
-                     if f"flops_{d}" in f else "-" for d in _PEAKS]
+                     if f.get(f"flops_{d}", 0) > 0 else "-" for d in _PEAKS]
             rows.append([name, hw_ast.title, si(f["mem_capacity"], "B"), si(f["mem_bw"], "B/s"),
                          *peaks, si(f["link_bw"], "B/s") if "link_bw" in f else "-",
                          str(int(f.get("gpus_per_node", 1)))])
     headers = ["name", "title", "memory", "mem_bw", *(f"flops_{d}" for d in _PEAKS),
                "link_bw", "gpus/node"]
-    print("hardware (dense peaks; '-': no such math):")
+    print("hardware (dense peaks; '-': no such math, peak 0: its ops fall back to a wider format):")
     print(table(headers, rows, right=set(range(2, len(headers)))))
 
 

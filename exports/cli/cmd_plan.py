@@ -63,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
 def _engines(args: argparse.Namespace) -> dict:
     """One engine per policy searched (--policy, else every one the spec declares)."""
     first = make_engine(args)
-    policies = [args.policy] if args.policy else list(first.decode.policies) or [None]
+    policies = [args.policy] if args.policy else list(first.decode.policies) or [first.decode.policy]
     return {p or "none": (first if p == first.decode.policy else make_engine(args, p))
             for p in policies}

@@ -182,12 +182,19 @@ def _draw_roofs(ax, ctx: _Ctx, lo: float, hi: float) -> None:
     xs = np.geomspace(lo, hi, 200)
     bw = _hw(ctx, "mem_bw")
     styles = ("-", "--", "-.", ":")
-    for k, peak in enumerate(sorted({op.peak for op in ctx.analysis.forms.model.ops})):
+    for k, peak in enumerate(_running_peaks(ctx)):
         p = _hw(ctx, f"flops_{peak}")
         if p:
             ax.plot(xs, np.minimum(p, bw * xs) / 1e12, lw=2, color="C0", ls=styles[k % 4],
                     label=f"roof: {peak} {p / 1e12:.4g} TFLOP/s, {bw / 1e12:.3g} TB/s")
             ax.axvline(p / bw, color="0.7", ls=":", lw=1)
+
+
+def _running_peaks(ctx: _Ctx) -> list[str]:
+    """The peaks the ops' math runs at on this hardware (after any fallback)."""
+    from infest.compiler.backend.report import running_peak
+    values = {i.name: i.value for i in ctx.analysis.inputs(ctx.overrides)}
+    return sorted({running_peak(op.peaks, values) for op in ctx.analysis.runner.ops if op.peaks})
 
 
 def _hw(ctx: _Ctx, name: str) -> float:
@@ -245,8 +252,7 @@ def _label_points(ax, points: list[tuple]) -> None:
 
 
 def _roof_range(intensities: list[float], ctx: _Ctx) -> tuple[float, float]:
-    ridges = [_hw(ctx, f"flops_{op.peak}") / _hw(ctx, "mem_bw")
-              for op in ctx.analysis.forms.model.ops]
+    ridges = [_hw(ctx, f"flops_{peak}") / _hw(ctx, "mem_bw") for peak in _running_peaks(ctx)]
     points = [v for v in intensities + ridges if v > 0]
     return min(points) / 4, max(points) * 8
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
+from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TERM_KEYS, TIME_TERMS
 from infest.dsl.human import bytes_both, count, duration, md_table, pairs, si, table
 
@@ -113,11 +114,19 @@ def _kernels(result: dict) -> str:
 def layout_line(result: dict) -> str:
     """`tp=8 ep=8 pp=1 dp=1: 8 GPUs, policy full`: the layout an evaluation assumes."""
     par = result["parallel"]
-    degrees = " ".join(f"{k}={par[k]}" for k in ("tp", "ep", "pp", "dp"))
+    degrees = " ".join(f"{k}={par[k]}" for k in PARALLEL)
     gpus = "1 GPU" if par["gpus"] == 1 else f"{par['gpus']} GPUs"
     policy = f", policy {par['policy']}" if par["policy"] else ""
+    if par.get("policy_derived"):
+        policy += " (derived from group names)"
     note = "; per-op and step numbers are one GPU's" if par["gpus"] > 1 else ""
     return f"layout {degrees}: {gpus}{policy}{note}"
+
+
+def fallback_lines(result: dict) -> list[str]:
+    """`math: 376 ops in fp4 run at bf16 (...)`: formats the hardware cannot compute in."""
+    return [f"math: {f['ops']} ops in {f['math']} run at {f['runs_at']}: {f['note']}"
+            for f in result.get("math_fallback") or ()]
 
 
 def heading(result: dict) -> str:
@@ -129,7 +138,7 @@ def heading(result: dict) -> str:
 
 def text(result: dict) -> str:
     """The full plain-text report."""
-    parts = [heading(result), layout_line(result), "",
+    parts = [heading(result), layout_line(result), *fallback_lines(result), "",
              table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
              "", pairs(summary_rows(result))]
     if result.get("capacity"):

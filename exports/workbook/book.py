@@ -17,6 +17,7 @@ from openpyxl.comments import Comment
 from openpyxl.styles import Font, PatternFill
 from openpyxl.workbook.defined_name import DefinedName
 
+from infest.compiler.core.keys import key_info
 from infest.exports.workbook.excel_printer import excel_formula_split
 from infest.exports.workbook.xlsx_names import Namer
 
@@ -36,12 +37,6 @@ NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not c
 # The unit an input is typed in: base dimension -> (base units per human unit, unit).
 HUMAN = {"bytes": (Fraction(10**9), "GB"), "bytes/s": (Fraction(10**12), "TB/s"),
          "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us")}
-KEY_UNITS = {"flops": "FLOP", "kernels": "launches", "tokens_per_s": "tokens/s",
-             "max_batch": "sequences", "max_context": "tokens", "fits": "", "bound": ""}
-
-PARALLEL_DOC = {"tp": "tensor parallel degree", "ep": "expert parallel degree (divides tp x dp)",
-                "pp": "pipeline stages", "dp": "data parallel replicas (B / dp each)"}
-
 _CELL_LIKE = re.compile(r"^([A-Za-z]{1,3}[0-9]+|[RrCc]|[Rr][0-9]*[Cc][0-9]*)$")
 
 
@@ -55,12 +50,8 @@ def check_excel_name(name: str) -> str:
 
 
 def unit_of(key: str) -> str:
-    """Base unit of a memory/step key, from its name."""
-    if key in KEY_UNITS:
-        return KEY_UNITS[key]
-    if key.endswith("_s"):
-        return "s"
-    return "bytes" if "bytes" in key else ""
+    """Base unit of a memory/step/op key (the one result-key table, compiler/core/keys.py)."""
+    return key_info(key).unit
 
 
 @dataclass

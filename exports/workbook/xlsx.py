@@ -31,9 +31,9 @@ from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.core.ops import KV_ELEM_NAME
-from infest.compiler.core.symbols import BUILTIN_DOC, sym
+from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
-                                          OOM_FILL, OOM_FONT, PARALLEL_DOC, UNFIT_FILL, UNFIT_FONT,
+                                          OOM_FILL, OOM_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, live_cell, set_formula, unit_of)
 from infest.exports.workbook.xlsx_names import Namer
 
@@ -273,8 +273,9 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
 
 def _op_unit(key: str) -> str:
     """Base unit of an Ops column."""
-    return {"count": "", "intensity FLOP/byte": "", "time x count": "s", "bound": "",
-            "time_s": "s", "roofline_s": "s"}.get(key, unit_of(key))
+    own = {"count": "", "intensity FLOP/byte": "", "time x count": "s", "bound": "",
+           "time_s": "s", "roofline_s": "s"}  # the sheet's own columns, and count bare
+    return own[key] if key in own else unit_of(key)
 
 
 def _op_header(key: str) -> str:

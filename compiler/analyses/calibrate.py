@@ -80,8 +80,8 @@ class Prepared:
 
 def read_measurements(path: Path) -> list[Row]:
     """Every row of a measurements CSV, checked (a SpecError names the line)."""
-    from infest.compiler.load.loader import read_text
-    text = read_text(path, limit=MAX_CSV_BYTES)
+    from infest.compiler.load.files import read_text
+    text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES")
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
@@ -231,7 +231,7 @@ def summary(errs: list[float]) -> dict[str, float | None]:
 def calibrated_text(hw: CompiledHardware, effs: Mapping[str, float], note: str) -> str:
     """The hardware file's text with the fitted efficiencies: fields it has are rewritten
     in place, others added before the block's closing brace with `note` as a comment."""
-    from infest.compiler.load.loader import read_text
+    from infest.compiler.load.files import read_text
     lines = read_text(Path(hw.file)).split("\n")
     for name, value in effs.items():
         if name in hw.fields:

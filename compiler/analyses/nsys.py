@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from infest.compiler.load.files import read_text
 from infest.dsl.errors import Span, fail, register_source
 
 MAX_CSV_BYTES = 64 * 2**20       # a kern_sum of a long capture is a few MB
@@ -87,11 +88,8 @@ def _error(path: str, line: int, message: str, hint: str | None = None):
 def read_kern_sum(path: str | Path) -> list[Kernel]:
     """Parse a cuda_gpu_kern_sum CSV into kernels (checked: size, header, every cell)."""
     name = str(path)
-    size = Path(path).stat().st_size
-    if size > MAX_CSV_BYTES:
-        raise fail(None, f"{name}: {size} bytes is over MAX_CSV_BYTES ({MAX_CSV_BYTES})",
-                   "export only the cuda_gpu_kern_sum report")
-    text = _decode(Path(path).read_bytes(), name)
+    text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES",
+                     encoding="utf-8-sig")
     register_source(name, text)
     if not text.strip():
         raise _error(name, 1, "empty file: no cuda_gpu_kern_sum header or rows",
@@ -103,15 +101,6 @@ def read_kern_sum(path: str | Path) -> list[Kernel]:
     if not kernels:
         raise _error(name, rows[header_at][0], "the header is followed by no kernel rows")
     return kernels
-
-
-def _decode(data: bytes, name: str) -> str:
-    """UTF-8 text, a byte-order mark dropped; a bad byte is located by its line."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise _error(name, line, f"not UTF-8 text (byte {exc.start})") from None
 
 
 def _rows(text: str, name: str) -> list[tuple[int, list[str]]]:
@@ -202,10 +191,8 @@ def default_patterns() -> list[Pattern]:
 def read_mapping(path: str | Path, targets: set[str]) -> list[Pattern]:
     """A mapping file's patterns; an unknown target or malformed line is located."""
     name = str(path)
-    size = Path(path).stat().st_size
-    if size > MAX_MAPPING_BYTES:
-        raise fail(None, f"{name}: {size} bytes is over MAX_MAPPING_BYTES ({MAX_MAPPING_BYTES})")
-    text = _decode(Path(path).read_bytes(), name)
+    text = read_text(path, limit=MAX_MAPPING_BYTES, limit_name="MAX_MAPPING_BYTES",
+                     encoding="utf-8-sig")
     register_source(name, text)
     patterns = []
     for number, raw in enumerate(text.splitlines(), start=1):

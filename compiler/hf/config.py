@@ -84,7 +84,7 @@ class Config:
 def load_json(path: Path) -> dict[str, Any]:
     """A JSON object from a regular file of at most MAX_CONFIG_BYTES, or a clear error.
     Nesting and integer length are refused before Python builds them."""
-    from infest.compiler.load.loader import read_text
+    from infest.compiler.load.files import read_text
     text = read_text(path, limit=MAX_CONFIG_BYTES, limit_name="MAX_CONFIG_BYTES")
     _check_json_depth(text, path)
     try:

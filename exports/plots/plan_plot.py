@@ -20,4 +20,5 @@ def plot_pareto(result: Mapping[str, Any], path: str) -> None:
     ax.set_xlabel("tokens/s per user (1 / TPOT)")
     ax.set_ylabel("tokens/s per GPU")
     ax.legend()
-    fig.savefig(path, dpi=110)
+    from infest.exports.plots.plots import save_figure
+    save_figure(fig, path)

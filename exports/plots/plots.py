@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from infest.dsl.errors import fail
+from infest.exports.output import analysis_inputs
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -77,8 +78,16 @@ def write_plot(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int]
                Ns: list[int], path: Path, kind: str = "all") -> Path:
     """Draw `kind` for this sweep and save it (format from the suffix)."""
     check_plot_path(path)
-    build_figure(analysis, overrides, Bs, Ns, kind).savefig(path, dpi=110)
-    return path
+    return save_figure(build_figure(analysis, overrides, Bs, Ns, kind), path,
+                       analysis_inputs(analysis))
+
+
+def save_figure(fig: Any, path: Path | str, inputs: Sequence[str] = ()) -> Path:
+    """Write a figure through the one write helper (format from the suffix)."""
+    from infest.exports.output import write_output
+    fmt = Path(path).suffix.lower().lstrip(".")
+    return write_output(path, lambda handle: fig.savefig(handle, format=fmt, dpi=110),
+                        inputs, "--plot")
 
 
 def build_figure(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
@@ -426,7 +435,7 @@ _PANELS = [("roofline", roofline), ("time", time_vs_context), ("time", tokens_vs
            ("bound", bound_map)]
 
 
-def write_depth_plot(report: dict, path: Path) -> Path:
+def write_depth_plot(report: dict, path: Path, inputs: Sequence[str] = ()) -> Path:
     """`diagnose --depth --plot`: measured tokens/s against the bound's curve in N."""
     check_plot_path(path)
     points = report["depth"]["points"]
@@ -444,5 +453,4 @@ def write_depth_plot(report: dict, path: Path) -> Path:
     ax.set_ylabel("tokens/s")
     ax.set_title(f"{report['model']} on {report['hardware']}: depth")
     ax.legend()
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, inputs)

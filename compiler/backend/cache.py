@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 MAX_ENTRY_BYTES = 64 * 2**20   # a DeepSeek-V3 entry is well under 1 MiB
 MAX_ENTRY_DEPTH = 64           # JSON nesting of an entry (the writer's is under 10)
 CACHE_FORMAT = 2               # bumped when the key or the record of inputs changes
-# The installed compiler and language packages (this file's folder and its sibling).
-_CODE_FOLDERS = (Path(__file__).parent, Path(_dsl_errors.__file__).parent)
+# The installed compiler and language packages, every subfolder included.
+_CODE_FOLDERS = (Path(__file__).parents[1], Path(_dsl_errors.__file__).parent)
 
 
 def cache_dir() -> Path | None:
@@ -102,10 +102,10 @@ def code_digest() -> str:
     checkout never reads entries an older one wrote."""
     digest = hashlib.sha256()
     for folder in _CODE_FOLDERS:
-        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-            if entry.name.endswith((".py", ".lark", ".json")) and entry.is_file():
-                st = entry.stat()
-                digest.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in (".py", ".lark", ".json") and path.is_file():
+                st = path.stat()
+                digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 

@@ -28,6 +28,7 @@ class Program:
     files: list[Path] = field(default_factory=list)      # every file read, resolved
     reads: list[Read] = field(default_factory=list)      # what the parser read (cache keys)
     lookups: list[Lookup] = field(default_factory=list)  # each name -> the file it found
+    code: int = 0                                        # code characters parsed so far
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ MAX_IMPORT_DEPTH = 32      # files on one import chain
 # All files one job parses together (a spec, its imports, a hardware file): parsing runs
 # at roughly 0.2 MB/s, so this keeps a job's parsing within a few seconds.
 MAX_PROGRAM_BYTES = 1 << 20
+# Parsing costs per byte of code, not of comments (about 50-100 kB of code per second): the
+# code of one job's files (each line up to its `#`, blanks dropped) is bounded too.
+MAX_PROGRAM_CODE = 256 << 10
 
 
 def read_text(path: Path, span: Span | None = None, limit: int = MAX_SPEC_BYTES,
@@ -109,6 +113,7 @@ def _load(path: Path, program: Program, stack: list[Path], done: set[Path],
     if resolved in done:
         return
     text, read = files.read_recorded(path, span, *_bytes_left(program))
+    program.code += _check_code(text, program.code, path, span)
     spec = parse(text, str(path))
     program.files.append(resolved)
     program.reads.append(read)
@@ -123,6 +128,17 @@ def _load(path: Path, program: Program, stack: list[Path], done: set[Path],
             _register(item, str(path), program, root)
     stack.pop()
     done.add(resolved)
+
+
+def _check_code(text: str, spent: int, path: Path, span: Span | None) -> int:
+    """The code characters of a file (what parsing costs), refused past MAX_PROGRAM_CODE
+    for the job before the parser starts."""
+    code = sum(len("".join(line.split("#", 1)[0].split())) for line in text.split("\n"))
+    if spent + code > MAX_PROGRAM_CODE:
+        raise fail(span, f"cannot read '{path}': {spent + code:,} characters of code in this "
+                   f"job's files, more than MAX_PROGRAM_CODE = {MAX_PROGRAM_CODE:,}",
+                   "a spec is a few kB: `repeat` multiplies layers without writing them out")
+    return code
 
 
 def _bytes_left(program: Program) -> tuple[int, str]:

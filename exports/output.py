@@ -3,13 +3,17 @@ plots all go through `write_output`.
 
 The content goes to a temporary file in the target's own folder and replaces the target
 by one atomic rename only once it is complete: a full disk or a crash leaves the old file
-(or none), never a truncated one. A target that is one of the command's inputs (the spec,
+(or none), never a truncated one. An existing target that is not a regular file
+(/dev/null, a terminal, a pipe) is written through instead: renaming over it would replace
+the device. A target that is one of the command's inputs (the spec,
 an import, the hardware, the config or CSV read) is refused before anything is written.
 Every error names the path.
 """
 from __future__ import annotations
 
+import io
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterable, Union
@@ -25,6 +29,9 @@ def write_output(path: Path | str, content: Content, inputs: Iterable[Path | str
     to overwrite any of `inputs`. Returns the path."""
     target = Path(path)
     refuse_inputs(target, inputs, flag)
+    data = _bytes(content)  # rendered before any file is opened: a failure writes nothing
+    if _special(target):
+        return _write_through(target, data)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".",
                                    prefix=f".{target.name}.", suffix=".tmp")
@@ -32,7 +39,7 @@ def write_output(path: Path | str, content: Content, inputs: Iterable[Path | str
         raise _error(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            _fill(handle, content)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would create it
@@ -65,6 +72,27 @@ def argument_inputs(args: object, outputs: Iterable[str]) -> list[str]:
     return found
 
 
+def _special(target: Path) -> bool:
+    """An existing target that is not a regular file (/dev/null, /dev/stdout, a pipe): it
+    is written through, never renamed over (that would replace the device itself)."""
+    try:
+        return not stat.S_ISREG(os.stat(target).st_mode)
+    except OSError:
+        return False
+
+
+def _write_through(target: Path, data: bytes) -> Path:
+    """Write into an existing special file (opened without blocking, then blocking)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise _error(target, exc) from None
+    return target
+
+
 def refuse_inputs(target: Path, inputs: Iterable[Path | str], flag: str) -> None:
     """A SpecError when `target` is (the same file as) one of the command's inputs."""
     for given in inputs:
@@ -83,13 +111,16 @@ def _same_file(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _fill(handle: IO[bytes], content: Content) -> None:
+def _bytes(content: Content) -> bytes:
+    """Text as UTF-8, bytes as they are, or what a writer (a workbook's or a figure's
+    save) writes into memory."""
     if isinstance(content, str):
-        handle.write(content.encode("utf-8"))
-    elif isinstance(content, bytes):
-        handle.write(content)
-    else:
-        content(handle)
+        return content.encode("utf-8")
+    if isinstance(content, bytes):
+        return content
+    buffer = io.BytesIO()
+    content(buffer)
+    return buffer.getvalue()
 
 
 def _error(target: Path, exc: OSError):

@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     demand = Demand(args.isl, args.osl, args.users, args.rps, _time("--tpot-max", args.tpot_max),
                     _time("--ttft-max", args.ttft_max), args.gpus_max)
     engines = _engines(args)
+    from infest.compiler.analyses.budget import check_plan_job
+    check_plan_job(engines, args.gpus_max)
     if args.disaggregate:
         from infest.compiler.analyses.disagg import disaggregate
         result = disaggregate(engines, demand, parse_sets(args.set))

@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     request = Request(args.isl, args.osl, args.concurrency, args.batching,
                       DEFAULT_CHUNK if args.chunk is None else args.chunk)
     check_request(request)
+    from infest.compiler.analyses.budget import check_serve_job
+    check_serve_job(request.isl, request.chunk, request.batching)
     draft = _draft(args)
     engine = make_engine(args)
     result = serve(engine, request, parse_sets(args.set), draft)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infest.compiler.load.files import read_text
-from infest.dsl.errors import Span, fail, register_source
+from infest.dsl.errors import Span, fail, register_source, source_lines
 
 MAX_CSV_BYTES = 64 * 2**20       # a kern_sum of a long capture is a few MB
 MAX_KERNEL_ROWS = 100_000
@@ -195,7 +195,7 @@ def read_mapping(path: str | Path, targets: set[str]) -> list[Pattern]:
                      encoding="utf-8-sig")
     register_source(name, text)
     patterns = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(source_lines(text), start=1):
         line = raw.split("#", 1)[0].strip()
         if line:
             patterns.append(_pattern(line, number, name, targets))

@@ -7,6 +7,9 @@ from typing import Any, Mapping
 def plot_pareto(result: Mapping[str, Any], path: str) -> None:
     """Every candidate, the front as a line, the chosen point as a star."""
     from matplotlib.figure import Figure
+
+    from infest.exports.plots.plots import text_as_written
+    text_as_written()
     fig = Figure(figsize=(7, 5), layout="constrained")
     ax = fig.subplots()
     xs = lambda cs: [c["tokens_per_s_per_user"] for c in cs]  # noqa: E731

@@ -108,6 +108,14 @@ def build_figure(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[in
     return fig
 
 
+def text_as_written() -> None:
+    """Titles and labels are drawn as written: no mathtext (`$\\foo{$` in a spec's title
+    would be parsed as TeX and fail), no external TeX."""
+    import matplotlib
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
+
+
 def _figure(n: int):
     """n panels in rows of up to three, constrained layout.
 
@@ -115,6 +123,7 @@ def _figure(n: int):
     caller's session; savefig renders PNG through Agg (SVG/PDF through their own).
     """
     from matplotlib.figure import Figure
+    text_as_written()
     cols = min(n, 3)
     rows = -(-n // cols)
     fig = Figure(figsize=(6.2 * cols, 5.0 * rows + 0.6), layout="constrained")

@@ -123,11 +123,12 @@ def llama():
 
 
 def test_sweep_past_max_cells_is_refused_naming_the_limit(capsys):
-    # 2,049 x 1,024 = 2,098,176 > 2^21 = 2,097,152.
+    # 2,049 x 1,024 = 2,098,176 > 2^21 = 2,097,152: with 2,049 B values, N may have
+    # floor(2^21 / 2,049) = 1,023, and the list is refused while it is read
     assert main(["sweep", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
                  "--B", "1..2049", "--N", "1..1024", "--csv"]) == 1
     err = capsys.readouterr().err
-    assert "2,049 x 1,024 points is more than 2,097,152 (MAX_CELLS)" in err
+    assert "--N '1..1024': more than 1,023 values (MAX_CELLS over all B x N)" in err
     assert "Traceback" not in err
 
 

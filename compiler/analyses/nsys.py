@@ -19,6 +19,7 @@ import csv
 import fnmatch
 import io
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,10 @@ MAX_MAPPING_BYTES = 1 * 2**20
 MAX_PATTERNS = 1_000
 MAX_PATTERN_CHARS = 300
 MAX_PREAMBLE_LINES = 200         # lines searched for the header row
+# A kernel's total time (ns) or launches: 1e15 ns is 11 days of kernels; sums of larger
+# numbers lose every small kernel in floating point (totals of 1e300: "GPU idle 0.0%").
+MAX_CELL_VALUE = 1e15
+_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
 
 NAME, TOTAL, INSTANCES = "Name", "Total Time (ns)", "Instances"
 WIDTH = " width"  # the header's cell count, kept beside the column indices
@@ -161,14 +166,15 @@ def _kernel(cells: list[str], line: int, columns: dict[str, int], name: str) -> 
 
 
 def _number(cell: str, column: str, line: int, name: str) -> float:
-    """A non-negative finite number."""
+    """A decimal number from 0 to MAX_CELL_VALUE (ASCII digits: float() would also take
+    '1_0', 'nan' or Arabic-Indic digits)."""
     text = cell.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        raise _error(name, line, f"'{column}' is not a number: {cell.strip()!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise _error(name, line, f"'{column}' must be a finite number of at least 0, got {text!r}")
+    if not _DECIMAL.match(text):
+        raise _error(name, line, f"'{column}' is not a number: {text[:40]!r}")
+    value = float(text)
+    if not 0 <= value <= MAX_CELL_VALUE:
+        raise _error(name, line, f"'{column}' must be a number from 0 to MAX_CELL_VALUE = "
+                     f"{MAX_CELL_VALUE:g}, got {text!r}")
     return value
 
 

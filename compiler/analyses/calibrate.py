@@ -35,11 +35,12 @@ import numpy as np
 
 from infest.compiler.load.hardware import CompiledHardware, efficiencies
 from infest.compiler.core.terms import TIME_TERMS, derated
-from infest.dsl.errors import Span, fail, printable
+from infest.dsl.errors import Span, fail, printable, source_lines
 
 MAX_CSV_BYTES = 1 << 20      # a measurements file; thousands of rows fit in far less
 MAX_ROWS = 2000              # measurements per file (each row is one evaluation)
 MAX_CELL_CHARS = 1000        # one cell (a spec path is the longest real one)
+MAX_LINE_CHARS = 8000        # one line (bench/measurements.csv's longest, with notes: 517)
 # A measured step: a kernel launch is ~1 us, no step takes days; outside these a value is
 # a unit slip, and 1e-320 (a subnormal) would make every relative error infinite.
 MIN_STEP_S, MAX_STEP_S = 1e-7, 1e5
@@ -88,6 +89,7 @@ def read_measurements(path: Path) -> list[Row]:
     """Every row of a measurements CSV, checked (a SpecError names the line)."""
     from infest.compiler.load.files import read_text
     text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES")
+    _check_lines(text, path)
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
@@ -107,6 +109,16 @@ def read_measurements(path: Path) -> list[Row]:
     if not rows:
         raise fail(Span(str(path), 1, 1, 1, 2), "no measurements", "add one row per measured step")
     return rows
+
+
+def _check_lines(text: str, path: Path) -> None:
+    """No line longer than MAX_LINE_CHARS, located, before the CSV reader sees it (its own
+    field limit would fail without a line)."""
+    for number, line in enumerate(source_lines(text), start=1):
+        if len(line) > MAX_LINE_CHARS:
+            raise fail(Span(str(path), number, 1, number, 2),
+                       f"a line longer than MAX_LINE_CHARS = {MAX_LINE_CHARS}",
+                       f"cells hold at most MAX_CELL_CHARS = {MAX_CELL_CHARS} characters")
 
 
 def _check_cells(record: Mapping[str | None, Any], span: Span) -> None:

@@ -317,7 +317,9 @@ def memory_vs_batch(ax, ctx: _Ctx) -> None:
     import numpy as np
     point = ctx.grid([1], [ctx.n_ref])
     max_batch = float(np.ravel(point["memory.max_batch"])[0])
-    top = max(8, int(max_batch * 1.6) + 2)  # the capacity edge, with room past it
+    bounded = bool(np.isfinite(max_batch))  # no KV cache: any batch fits (infinite)
+    # the capacity edge with room past it; without one, the batches swept
+    top = max(8, int(max_batch * 1.6) + 2) if bounded else max(8, *ctx.Bs)
     Bs = sorted(set(np.linspace(1, top, 400).round().astype(int).tolist()))
     v = ctx.grid(Bs, [ctx.n_ref])
     gb = lambda key: np.broadcast_to(v[key], (len(Bs), 1))[:, 0] / 1e9  # noqa: E731
@@ -326,7 +328,7 @@ def memory_vs_batch(ax, ctx: _Ctx) -> None:
     ax.stackplot(Bs, weights, kv, free, labels=["weights", "KV cache", "free"],
                  colors=[BOUND_COLORS["weights"], BOUND_COLORS["kv"], "#d9ead3"], alpha=0.85)
     ax.axhline(cap[0], color="k", lw=1.5, label=f"capacity {cap[0]:.4g} GB")
-    if max_batch >= 1:
+    if bounded and max_batch >= 1:
         ax.axvline(max_batch, color="k", ls="--", lw=1.2, label=f"max batch = {int(max_batch)}")
     ax.set(xlabel="batch B (sequences)", ylabel="memory (GB, 10^9 bytes)", xlim=(1, top),
            ylim=(0, max(cap[0], weights[0]) * 1.45),

@@ -234,3 +234,13 @@ def test_whole_and_divides_are_exact(capsys, args, said):
 def test_exact_checks_still_pass_what_holds(capsys):
     assert main(["eval", DEEPSEEK, "--hw", "h200_sxm", "--set", "tp=8", "--set", "dp=4",
                  "--set", "B=2000000000"]) == 0  # 2e9 / 4 = 5e8 whole; 8 divides 128 heads
+
+
+@pytest.mark.parametrize("text, said", [
+    ("model m {\n  x = " + "9" * 205 + "\n}\n", "205 digits, more than MAX_LITERAL_DIGITS"),
+    ("# " + "h" * 3_800_000 + "\nmodel m {\n}\n", "more than MAX_SPEC_BYTES"),
+])
+def test_import_hf_never_writes_a_spec_infest_refuses(text, said):
+    from infest.compiler.hf.importer import check_output
+    with pytest.raises(SpecError, match=said):
+        check_output(text, "config.json")

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +20,9 @@ from infest.compiler.forms.evaluate import build_runner
 from infest.compiler.passes.engine import engine_hardware, resolve_engine
 from infest.compiler.load.fields import REQUIRED
 from infest.compiler.load.hardware import CompiledHardware, compile_hardware
-from infest.compiler.load.loader import Program, load_program, pick_model, resolve_spec, shipped
+from infest.compiler.load.files import Read
+from infest.compiler.load.loader import (Lookup, Program, find_hardware, load_program,
+                                         pick_model, resolve_spec, shipped)
 from infest.compiler.forms.model import Forms, build_forms
 from infest.compiler.passes.policy import resolve_policy
 from infest.compiler.backend.runner import Input, Runner
@@ -43,21 +46,24 @@ def _hardware_field_names(program: Program) -> set[str]:
 
 
 def load_hardware(spec: str | Path, program: Program | None = None,
-                  files: list[Path] | None = None) -> CompiledHardware:
-    """Hardware by shipped name, by a block name in the spec's program, or by path (the
-    files read are appended to `files`)."""
+                  into: Program | None = None) -> CompiledHardware:
+    """Hardware by shipped name, by a block name in the spec's program, or by path (what
+    was read and looked up is added to `into`, for the cache)."""
     name = str(spec)
     if program is not None and name in program.hardware:
         node, file = program.hardware[name]
         return compile_hardware(node, file)
-    ship = shipped("hardware")
-    path = ship.get(name) or Path(name)
-    if not path.exists():
+    path = find_hardware(name)
+    if path is None:
+        ship = shipped("hardware")
         raise fail(None, f"unknown hardware '{name}'",
                    did_you_mean(name, ship) or f"shipped: {', '.join(ship)}, or a path to a .arch file")
     hw_program = load_program(path)
-    if files is not None:
-        files.extend(hw_program.files)
+    if into is not None:
+        into.files.extend(hw_program.files)
+        into.reads.extend(hw_program.reads)
+        into.lookups.append(Lookup("hardware", os.getcwd(), name, os.path.abspath(path)))
+        into.lookups.extend(hw_program.lookups[1:])  # its imports (the first: path itself)
     if not hw_program.hardware:
         raise fail(None, f"{path} defines no hardware block")
     node, file = next(iter(hw_program.hardware.values()))
@@ -74,7 +80,9 @@ class Analysis:
     model: CompiledModel
     hardware: CompiledHardware | None
     forms: Forms
-    files: tuple[Path, ...] = ()   # every file read (spec, imports, hardware): cache keys
+    files: tuple[Path, ...] = ()   # every file read (spec, imports, hardware), resolved
+    reads: tuple[Read, ...] = ()   # each file's bytes as the parser read them (the cache)
+    lookups: tuple[Lookup, ...] = ()  # each name -> the file it found (the cache)
 
     @cached_property
     def runner(self) -> Runner:
@@ -113,14 +121,14 @@ def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode
     profile = resolve_engine(engine)
     program = load_program(Path(spec))
     compiled = load_model(spec, model, program)
-    files = list(program.files)
-    hardware = load_hardware(hw, program, files) if hw is not None else None
+    hardware = load_hardware(hw, program, program) if hw is not None else None
     if hardware is not None:
         _check_hardware_names(compiled, hardware)
     hardware = engine_hardware(hardware, profile)
     forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware),
                         profile)
-    return Analysis(forms.model, hardware, forms, tuple(files))  # as one GPU of the layout runs it
+    return Analysis(forms.model, hardware, forms, tuple(program.files), tuple(program.reads),
+                    tuple(program.lookups))  # as one GPU of the layout runs it
 
 
 def links_of(hardware: CompiledHardware | None) -> Links:

@@ -100,7 +100,7 @@ def test_layer_bomb_stops_at_max_ops_naming_the_layer_call(tmp_path):
     # 30 levels calling the level below twice: 2^30 linears. The limit hits in l1's
     # second call of l0 (line 4 of the spec: the model line, hidden, l0, then l1).
     message = error_of(spec(tmp_path, _bomb(30)), seconds=30)
-    assert "more than 20,000 ops (MAX_OPS)" in message
+    assert "more than 4,000 ops (MAX_OPS)" in message
     assert "l30 -> l29" in message and "l1 -> l0" in message
     assert message.startswith(f"{tmp_path / 'm.arch'}:4:")
 
@@ -123,11 +123,12 @@ def llama():
 
 
 def test_sweep_past_max_cells_is_refused_naming_the_limit(capsys):
-    # 2,049 x 1,024 = 2,098,176 > 2^21 = 2,097,152.
+    # 2,049 x 1,024 = 2,098,176 > 2^21 = 2,097,152: with 2,049 B values, N may have
+    # floor(2^21 / 2,049) = 1,023, and the list is refused while it is read
     assert main(["sweep", str(MODELS / "llama3_1_8b.arch"), "--hw", "h100_sxm",
                  "--B", "1..2049", "--N", "1..1024", "--csv"]) == 1
     err = capsys.readouterr().err
-    assert "2,049 x 1,024 points is more than 2,097,152 (MAX_CELLS)" in err
+    assert "--N '1..1024': more than 1,023 values (MAX_CELLS over all B x N)" in err
     assert "Traceback" not in err
 
 

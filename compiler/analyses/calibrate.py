@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -35,10 +36,16 @@ import numpy as np
 from infest.compiler.load.hardware import CompiledHardware, efficiencies
 from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TIME_TERMS, derated
-from infest.dsl.errors import Span, fail
+from infest.dsl.errors import Span, fail, printable, source_lines
 
 MAX_CSV_BYTES = 1 << 20      # a measurements file; thousands of rows fit in far less
 MAX_ROWS = 2000              # measurements per file (each row is one evaluation)
+MAX_CELL_CHARS = 1000        # one cell (a spec path is the longest real one)
+MAX_LINE_CHARS = 8000        # one line (bench/measurements.csv's longest, with notes: 517)
+# A measured step: a kernel launch is ~1 us, no step takes days; outside these a value is
+# a unit slip, and 1e-320 (a subnormal) would make every relative error infinite.
+MIN_STEP_S, MAX_STEP_S = 1e-7, 1e5
+_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
 EFF_MIN = 0.02               # the lowest efficiency the search tries (50x below datasheet)
 GRID = 41                    # candidates per coefficient per round
 ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
@@ -83,22 +90,46 @@ class Prepared:
 
 def read_measurements(path: Path) -> list[Row]:
     """Every row of a measurements CSV, checked (a SpecError names the line)."""
-    from infest.compiler.load.loader import read_text
-    text = read_text(path, limit=MAX_CSV_BYTES)
+    from infest.compiler.load.files import read_text
+    text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES")
+    _check_lines(text, path)
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
         raise fail(Span(str(path), 1, 1, 1, 2), f"measurements lack the column(s) {', '.join(missing)}",
                    f"the header needs at least: {', '.join(REQUIRED)}")
     rows = []
-    for record in reader:
-        if len(rows) >= MAX_ROWS:
-            raise fail(Span(str(path), reader.line_num, 1, reader.line_num, 2),
-                       f"more than {MAX_ROWS} measurements (MAX_ROWS)", "split the file")
-        rows.append(_row(record, Span(str(path), reader.line_num, 1, reader.line_num, 2)))
+    try:
+        for record in reader:
+            span = Span(str(path), reader.line_num, 1, reader.line_num, 2)
+            if len(rows) >= MAX_ROWS:
+                raise fail(span, f"more than {MAX_ROWS} measurements (MAX_ROWS)", "split the file")
+            _check_cells(record, span)
+            rows.append(_row(record, span))
+    except csv.Error as exc:
+        raise fail(Span(str(path), reader.line_num, 1, reader.line_num, 2),
+                   f"malformed CSV: {exc}", "a cell with commas or quotes must be quoted") from None
     if not rows:
         raise fail(Span(str(path), 1, 1, 1, 2), "no measurements", "add one row per measured step")
     return rows
+
+
+def _check_lines(text: str, path: Path) -> None:
+    """No line longer than MAX_LINE_CHARS, located, before the CSV reader sees it (its own
+    field limit would fail without a line)."""
+    for number, line in enumerate(source_lines(text), start=1):
+        if len(line) > MAX_LINE_CHARS:
+            raise fail(Span(str(path), number, 1, number, 2),
+                       f"a line longer than MAX_LINE_CHARS = {MAX_LINE_CHARS}",
+                       f"cells hold at most MAX_CELL_CHARS = {MAX_CELL_CHARS} characters")
+
+
+def _check_cells(record: Mapping[str | None, Any], span: Span) -> None:
+    """No cell longer than MAX_CELL_CHARS (before any is parsed)."""
+    for value in record.values():
+        cells = value if isinstance(value, list) else [value]  # extra cells: a list
+        if any(isinstance(c, str) and len(c) > MAX_CELL_CHARS for c in cells):
+            raise fail(span, f"a cell is longer than MAX_CELL_CHARS = {MAX_CELL_CHARS}")
 
 
 def _row(record: Mapping[str, str | None], span: Span) -> Row:
@@ -124,19 +155,27 @@ def _whole(text: Mapping[str, str], key: str, span: Span, default: int | None) -
     raw = text.get(key, "")
     if not raw and default is not None:
         return default
-    if not raw.isdigit() or int(raw) < 1 or int(raw) > 2**40:
+    # ASCII digits only ('²'.isdigit() is True), at most 13 of them, before int() runs
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 13 or not 1 <= int(raw) <= 2**40:
         raise fail(span, f"{key} {raw!r}: expected a whole number from 1 to 2^40")
     return int(raw)
 
 
 def _number(text: Mapping[str, str], key: str, span: Span) -> float:
-    try:
-        value = float(text.get(key, ""))
-    except ValueError:
-        raise fail(span, f"{key} {text.get(key)!r}: expected seconds, e.g. 0.0123") from None
-    if not (math.isfinite(value) and value > 0):
-        raise fail(span, f"{key} {value!r}: a step time is a positive number of seconds")
+    raw = text.get(key, "")
+    if not _DECIMAL.match(raw):  # float() would take '1_0', 'nan', Arabic-Indic digits
+        raise fail(span, f"{key} {raw[:40]!r}: expected seconds as a decimal number, e.g. 0.0123")
+    value = float(raw)
+    if not MIN_STEP_S <= value <= MAX_STEP_S:
+        raise fail(span, f"{key} {raw!r}: a step time is a positive number of seconds from "
+                   f"MIN_STEP_S = {MIN_STEP_S:g} to MAX_STEP_S = {MAX_STEP_S:g}")
     return value
+
+
+def comment_text(text: str) -> str:
+    """Text for a spec comment: every line break and control character escaped, so a
+    file name cannot end the comment and add a line of spec."""
+    return printable(text).replace("\n", "\\n").replace("\r", "\\r")
 
 
 def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
@@ -235,7 +274,7 @@ def summary(errs: list[float]) -> dict[str, float | None]:
 def calibrated_text(hw: CompiledHardware, effs: Mapping[str, float], note: str) -> str:
     """The hardware file's text with the fitted efficiencies: fields it has are rewritten
     in place, others added before the block's closing brace with `note` as a comment."""
-    from infest.compiler.load.loader import read_text
+    from infest.compiler.load.files import read_text
     lines = read_text(Path(hw.file)).split("\n")
     for name, value in effs.items():
         if name in hw.fields:
@@ -247,6 +286,6 @@ def calibrated_text(hw: CompiledHardware, effs: Mapping[str, float], note: str) 
         end = hw.span.line - 1 + next(i for i, l in enumerate(lines[hw.span.line - 1:])
                                       if "}" in l.split("#")[0])
         fields = ";  ".join(f"{k} = {v:.4g}" for k, v in added.items())
-        lines.insert(end, f"  {fields}   # {note}")
+        lines.insert(end, f"  {fields}   # {comment_text(note)}")
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from infest.compiler.core.constraints import CheckInfo, failing, holds
+from infest.compiler.core.constraints import CheckInfo, exact_sides, failing, holds
 from infest.compiler.backend.finite import check_finite
 from infest.compiler.backend.generated import load_functions
 from infest.compiler.backend.report import result_json
@@ -107,8 +107,8 @@ class Runner:
             raise SpecError([Diagnostic(m.span, m.message, m.hint) for m in absent])
         inputs = [Input(n, self.kinds.get(n, "hardware"), fixed.get(n, self.defaults.get(n)))
                   for n in self.names]
-        if checked:
-            self.check({i.name: float(i.value) for i in inputs}, fixed)
+        if checked:  # exact values: whole and divides are checked exactly at one point
+            self.check({i.name: i.value for i in inputs}, fixed)
         return inputs
 
     def _check_overrides(self, fixed: Mapping[str, Fraction]) -> None:
@@ -130,16 +130,22 @@ class Runner:
         layout's: tp divides heads, ...) at these inputs (floats or broadcastable arrays);
         SpecError at the first failure."""
         point, sides = self._sides(values, overrides)
-        error = failing(self.checks, sides, point)
+        error = failing(self.checks, sides, point, self._exact_sides(point))
         if error is not None:
             raise error
+
+    def _exact_sides(self, point: Mapping[str, Any]):
+        """The constraint sides in exact arithmetic when every input is one number."""
+        if not self.checks or any(np.ndim(point[n]) for n in self.check_names):
+            return None
+        return exact_sides(self._functions["constraints"], [point[n] for n in self.check_names])
 
     def valid(self, values: Mapping[str, Any]) -> Any:
         """As `check`, but a boolean array: True where every constraint holds."""
         return holds(self.checks, self._sides(values, None)[1])
 
     def _sides(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None):
-        point = {n: float((overrides or {}).get(n, self.defaults[n]))
+        point = {n: (overrides or {}).get(n, self.defaults[n])  # exact: Fractions
                  for n in self.check_names if n in self.defaults}
         point.update(values)
         if self.phase == "prefill":  # as the forms: a prompt of N tokens, empty cache

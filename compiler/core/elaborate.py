@@ -28,8 +28,11 @@ from infest.compiler.core.params import Param, defaults_of, resolve_params
 from infest.compiler.core.symbols import B, BUILTINS, N, T, sym
 
 _MAX_DIM = 2**53
-# Layers that call each other twice per level would otherwise build 2^depth ops.
-MAX_OPS = 20_000
+# Ops of one model (after layer calls expand; `repeat` never unrolls): elaborating and
+# deriving forms costs about 1 ms per op, so 4,000 keep a job within a few seconds (the
+# largest shipped or imported spec has a few hundred). Layers that call each other twice
+# per level would otherwise build 2^depth ops.
+MAX_OPS = 4_000
 
 
 @dataclass
@@ -299,6 +302,7 @@ def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
 def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
         body: tuple | None = None) -> Tensor:
     """Elaborate one op call (and any nested op calls among its arguments)."""
+    _check_op_limit(call, state)
     rule = OPS[call.func]
     tensors, dims, args, common = _split_args(call, rule, binding, scope, state)
     inner_last = _held_body(call, body, scope, state) if call.func == "held" else \
@@ -435,6 +439,9 @@ def _check_positive_args(call, args, numbers, named, state) -> None:
         at = _at_defaults(value, state).subs({B: 1, T: 1, N: 1})
         if not at.is_number:
             continue
+        if at.has(sympy.zoo, sympy.oo, -sympy.oo, sympy.nan) or not at.is_extended_real:
+            raise fail(nodes[name].span, f"{what} is not a finite real number at the defaults "
+                       "(B = T = N = 1)", "a division by zero, or the root of a negative?")
         if at < 0 or (at == 0 and not zero_ok):
             zero = " (or 0)" if zero_ok else ""
             raise fail(nodes[name].span, f"{what} must be positive{zero}")

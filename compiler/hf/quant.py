@@ -81,7 +81,7 @@ class Quant:
         if isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed) \
                 or value not in allowed:
             raise self.bad(key, f"import-hf reads {', '.join(json.dumps(a) for a in allowed)}")
-        return value
+        return allowed[allowed.index(value)]  # 4.0 in a config is read as the 4 allowed
 
     def kept(self, key: str, default: tuple[str, ...]) -> set[str]:
         """Roles the ignore list `key` keeps unquantized, plus `default`."""

@@ -41,7 +41,9 @@ def _write_xlsx(analysis, args: argparse.Namespace, overrides: dict) -> int:
     if analysis.hardware is None:
         raise fail(None, "--xlsx needs --hw", "e.g. --hw h100_sxm")
     path = Path(args.xlsx or f"{analysis.model.name}_{analysis.hardware.name}.xlsx")
-    write_workbook(analysis, path, overrides, _serving(analysis, args))
+    from infest.exports.output import argument_inputs
+    write_workbook(analysis, path, overrides, _serving(analysis, args),
+                   argument_inputs(args, ("xlsx",)))
     print(f"wrote {path}")
     return 0
 

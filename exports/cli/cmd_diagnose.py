@@ -64,6 +64,7 @@ def add_served_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check every argument, diagnose, print (and write the record and the plot)."""
     from infest.compiler.analyses.diagnose import diagnose
+    from infest.exports.output import analysis_inputs, argument_inputs, write_output
     from infest.exports.text import diagnose_text
     if args.plot:
         _check_plot(args)
@@ -73,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     engine = _serving(args) if measured.served is not None else None
     report = diagnose(analysis, overrides, measured, _sms(analysis, overrides), engine)
     if args.out:
-        Path(args.out).write_text(diagnose_text.markdown(report), encoding="utf-8")
+        write_output(args.out, diagnose_text.markdown(report),
+                     analysis_inputs(analysis) + argument_inputs(args, ("out", "plot")), "--out")
     if args.plot:
         from infest.exports.plots.plots import write_depth_plot
-        write_depth_plot(report, Path(args.plot))
+        write_depth_plot(report, Path(args.plot), argument_inputs(args, ("out", "plot")))
     print(json.dumps(report, indent=2) if args.json else diagnose_text.text(report))
     return 0
 

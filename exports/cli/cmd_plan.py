@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
                     parse_time("--tpot-max", args.tpot_max), parse_time("--ttft-max", args.ttft_max),
                     args.gpus_max, args.batching, chunk_of(args))
     engines = _engines(args)
+    from infest.compiler.analyses.budget import check_plan_job
+    check_plan_job(engines, args.gpus_max)
     if args.disaggregate:
         from infest.compiler.analyses.disagg import disaggregate
         result = disaggregate(engines, demand, parse_sets(args.set))

@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from infest.exports.text.serve_text import serve_text
     request = Request(args.isl, args.osl, args.concurrency, args.batching, chunk_of(args))
     check_request(request)
+    from infest.compiler.analyses.budget import check_serve_job
+    check_serve_job(request.isl, request.chunk, request.batching)
     draft = _draft(args)
     engine = make_engine(args)
     result = serve(engine, request, parse_sets(args.set), draft)

@@ -41,11 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parse the lists, evaluate the grid in one call, print it (and plot it)."""
-    from infest.compiler.analyses.sweep import parse_list, parse_over, sweep_over
-    Bs, Ns = parse_list(args.B, "B"), parse_list(args.N, "N")
-    over = parse_over(args.over) if args.over else None
+    from infest.compiler.analyses.budget import MAX_GRIDS, check_plot_job
+    from infest.compiler.analyses.sweep import MAX_CELLS, parse_list, parse_over, sweep_over
+    # The job's size is bounded while the lists are read: no list is built past what
+    # MAX_CELLS (all grids' cells together) and MAX_GRIDS leave for it.
+    Bs = parse_list(args.B, "B", MAX_CELLS, "MAX_CELLS")
+    Ns = parse_list(args.N, "N", MAX_CELLS // len(Bs), "MAX_CELLS over all B x N")
+    over = parse_over(args.over, min(MAX_GRIDS, MAX_CELLS // (len(Bs) * len(Ns))),
+                      "MAX_GRIDS, MAX_CELLS over all grids") if args.over else None
     if args.plot:
         check_plot_path(args.plot)
+        check_plot_job(len(Bs), len(Ns))
     overrides = parse_sets(args.set)
     # Plots read the model's ops and titles (sympy); a plain sweep runs on the cached runner.
     analysis = make_analysis(args) if args.plot else None

@@ -10,6 +10,9 @@ def plot_pareto(result: Mapping[str, Any], path: str) -> None:
     """The listed (feasible) candidates, their front as a line, the best as a star (on the
     front, or named with the front point that dominates it); titled with the request."""
     from matplotlib.figure import Figure
+
+    from infest.exports.plots.plots import save_figure, text_as_written
+    text_as_written()
     fig = Figure(figsize=(8, 5.5), layout="constrained")
     ax = fig.subplots()
     xs = lambda cs: [c["tokens_per_s_per_user"] for c in cs]  # noqa: E731
@@ -27,7 +30,7 @@ def plot_pareto(result: Mapping[str, Any], path: str) -> None:
     ax.set_title(plan_title(result["request"]) + f"\n{result['batching']} batching",
                  fontsize=9)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def _layout(c: Mapping[str, Any]) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 
+from infest.dsl.errors import printable
 from infest.dsl.human import duration, md_table, pairs, table
 from infest.exports.text.report_text import SENSITIVITY_HEADERS, heading, sensitivity_rows
 
@@ -200,6 +201,16 @@ def _sections(d: dict) -> list[tuple[str, list[str], list[list[str]]]]:
 
 
 def text(d: dict) -> str:
+    """The terminal report (kernel names and every other text escaped: dsl printable)."""
+    return printable(_text(d))
+
+
+def markdown(d: dict) -> str:
+    """The Markdown record, escaped as the terminal report is."""
+    return printable(_markdown(d))
+
+
+def _text(d: dict) -> str:
     """The terminal report."""
     parts = [heading(d), measured_line(d), *faster_lines(d), "",
              table(CANDIDATE_HEADERS, candidate_rows(d), right={2}), "",
@@ -210,7 +221,7 @@ def text(d: dict) -> str:
     return "\n".join(parts)
 
 
-def markdown(d: dict) -> str:
+def _markdown(d: dict) -> str:
     """DIAGNOSIS.md: enough for someone else to restate the verdict without asking."""
     p = d["prediction"]
     parts = [f"# Diagnosis: {heading(d)}", f"Dated {datetime.date.today().isoformat()} "

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sympy
 from openpyxl.chart import Reference, ScatterChart, Series
@@ -46,7 +46,7 @@ SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
-                   serving: "Phases | None" = None) -> Path:
+                   serving: "Phases | None" = None, inputs: Sequence[str] = ()) -> Path:
     """Write the workbook for an analysis (hardware required) at the given inputs; with
     `serving` (the decode and prefill analyses), a Plan sheet too (exports/workbook/xlsx_plan.py)."""
     b = Builder(analysis, overrides)
@@ -67,9 +67,8 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
         ws.sheet_properties.pageSetUpPr.fitToPage = True
         ws.page_setup.orientation, ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = "landscape", 1, 1
     b.wb.calculation.fullCalcOnLoad = True  # no cached values: engines must compute
-    path = Path(path)
-    b.wb.save(path)
-    return path
+    from infest.exports.output import analysis_inputs, write_output
+    return write_output(Path(path), b.wb.save, [*analysis_inputs(analysis), *inputs], "--xlsx")
 
 
 # ---- How to use -----------------------------------------------------------------

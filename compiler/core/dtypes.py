@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from infest.dsl import ast
+from infest.dsl.errors import Span, did_you_mean, fail
+
 
 @dataclass(frozen=True)
 class DType:
@@ -64,3 +67,30 @@ def peak_chain(math: DType, act: DType) -> tuple[str, ...]:
         if peak and peak not in chain and PEAK_BITS[peak] > PEAK_BITS[chain[-1]]:
             chain.append(peak)
     return tuple(chain)
+
+
+def declared_dtype(stmt: "ast.DtypeDecl") -> DType:
+    """The format a `weights: fp8` / `kv: bits = 4.25` line declares (role checked)."""
+    if stmt.role not in ROLES:
+        raise fail(stmt.span, f"unknown dtype role '{stmt.role}'",
+                   did_you_mean(stmt.role, ROLES) or f"roles: {', '.join(ROLES)}")
+    if stmt.bits is not None:
+        if stmt.dtype != "bits":
+            raise fail(stmt.dtype_span, f"'{stmt.dtype} = ...' is not a dtype", "write `bits = 4.25`")
+        return bits_dtype(stmt.bits.value, stmt.bits.span)
+    return dtype_named(stmt.dtype, stmt.dtype_span)
+
+
+def bits_dtype(value: Fraction, span: "Span") -> DType:
+    """An ad-hoc format of `value` bits per element (0 < bits <= 64)."""
+    if not 0 < value <= 64:
+        raise fail(span, f"bits must be between 0 and 64, not {float(value):g}")
+    return custom_bits(value)
+
+
+def dtype_named(name: str, span: "Span") -> DType:
+    """A named format, or a located error with a did-you-mean hint."""
+    if name not in DTYPES:
+        raise fail(span, f"unknown dtype '{name}'",
+                   did_you_mean(name, DTYPES) or f"dtypes: {', '.join(DTYPES)}, bits = X")
+    return DTYPES[name]

@@ -18,7 +18,8 @@ from infest.compiler.core.constraints import Constraint, dedupe
 from infest.compiler.core.cost import Cost
 from infest.compiler.core.graph import CompiledModel, OpNode
 from infest.compiler.core.keys import TRAINED_CONTEXT
-from infest.compiler.core.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
+from infest.compiler.core.dtypes import (DTYPES, ROLES, DType, bits_dtype, declared_dtype,
+                                         dtype_named, math_peak)
 from infest.compiler.passes.engine import Fusion, fusion_of
 from infest.compiler.core.exprs import LIMIT, contains_op_call, to_sympy
 from infest.compiler.core.ops import (COMMON_KWARGS, KV_ELEM, KV_ELEM_NAME, OPS,
@@ -206,7 +207,7 @@ def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor
     elif isinstance(stmt, ast.GroupStmt):
         scope.group = stmt.name
     elif isinstance(stmt, ast.DtypeDecl):
-        scope.dtypes[stmt.role] = _dtype_decl(stmt, state)
+        scope.dtypes[stmt.role] = declared_dtype(stmt)
     elif isinstance(stmt, ast.Repeat):
         count = _positive_int(stmt.count, state, "repeat count")
         if top:
@@ -247,30 +248,6 @@ def _enter_layers(count: sympy.Expr, state: _State) -> None:
     state.layer_counts.append(count)
     if state.stage_width is None and state.last is not None:
         state.stage_width = state.last.width
-
-
-def _dtype_decl(stmt: ast.DtypeDecl, state: _State) -> DType:
-    if stmt.role not in ROLES:
-        raise fail(stmt.span, f"unknown dtype role '{stmt.role}'",
-                   did_you_mean(stmt.role, ROLES) or f"roles: {', '.join(ROLES)}")
-    if stmt.bits is not None:
-        if stmt.dtype != "bits":
-            raise fail(stmt.dtype_span, f"'{stmt.dtype} = ...' is not a dtype", "write `bits = 4.25`")
-        return _bits(stmt.bits.value, stmt.bits.span)
-    return _dtype_named(stmt.dtype, stmt.dtype_span)
-
-
-def _bits(value: Fraction, span: Span) -> DType:
-    if not 0 < value <= 64:
-        raise fail(span, f"bits must be between 0 and 64, not {float(value):g}")
-    return custom_bits(value)
-
-
-def _dtype_named(name: str, span: Span) -> DType:
-    if name not in DTYPES:
-        raise fail(span, f"unknown dtype '{name}'",
-                   did_you_mean(name, DTYPES) or f"dtypes: {', '.join(DTYPES)}, bits = X")
-    return DTYPES[name]
 
 
 # ---- ops -------------------------------------------------------------------------
@@ -471,10 +448,10 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
         value = _at_defaults(_number(kw.value, state), state)
         if not value.is_Rational:
             raise fail(kw.value.span, "bits= takes a number such as 4.25")
-        return _bits(Fraction(int(value.p), int(value.q)), kw.value.span)
+        return bits_dtype(Fraction(int(value.p), int(value.q)), kw.value.span)
     if not isinstance(kw.value, ast.Name):
         raise fail(kw.value.span, f"{kw.name}= takes a dtype name such as bf16")
-    return _dtype_named(kw.value.id, kw.value.span)
+    return dtype_named(kw.value.id, kw.value.span)
 
 
 def _dtypes_of(scope: _Scope, common: dict) -> DTypes:

@@ -66,11 +66,12 @@ METRIC_KEYS = ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gp
 @dataclass(frozen=True)
 class Request:
     """A request shape, its load and how it is scheduled: `concurrency` clients per replica
-    (a closed loop; static: the batch), `batching` and the token budget `chunk`."""
+    (a closed loop; static: the batch; None with an open loop's rate), `batching` and the
+    token budget `chunk`."""
 
     isl: int
     osl: int
-    concurrency: int
+    concurrency: int | None
     batching: str = DEFAULT_BATCHING
     chunk: int = DEFAULT_CHUNK
 
@@ -101,7 +102,8 @@ def check_request(r: Request) -> None:
     _count("--osl", r.osl, 2, MAX_TOKENS, "MAX_TOKENS",
            "TPOT = (E2E - TTFT) / (OSL - 1) needs OSL >= 2; a prompt alone: "
            "`infest eval --phase prefill`")
-    _count("--concurrency", r.concurrency, 1, MAX_CONCURRENCY, "MAX_CONCURRENCY")
+    if r.concurrency is not None:   # None: an open loop (compiler/analyses/serve_open.py)
+        _count("--concurrency", r.concurrency, 1, MAX_CONCURRENCY, "MAX_CONCURRENCY")
     _count("--chunk", r.chunk, 1, MAX_TOKENS, "MAX_TOKENS")
     if r.batching not in BATCHING:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
@@ -196,14 +198,15 @@ def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any])
             **dict.fromkeys(PERCENTILE_KEYS), "saturated": False}
 
 
-def _dp(runner: "Runner", overrides: Mapping[str, Any]) -> float:
+def data_parallel(runner: "Runner", overrides: Mapping[str, Any]) -> float:
+    """dp of the layout (1 unless --set dp=..)."""
     return next((float(i.value) for i in runner.inputs(overrides, checked=False)
                  if i.name == "dp"), 1.0)
 
 
 def _static(engine: Serving, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, its bound), (TPOT, its bound), info) for static batching."""
-    batch = float(busiest_batch(r.concurrency, _dp(engine.decode, overrides)))
+    batch = float(busiest_batch(r.concurrency, data_parallel(engine.decode, overrides)))
     pre = evaluate(engine.prefill, overrides, {"B": batch, "N": r.isl})
     contexts = decode_contexts(r.isl, r.osl)
     last = float(r.isl + r.osl - 2)   # the last decode step: its cache then holds ISL + OSL - 1
@@ -224,7 +227,7 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
                 draft: Draft | None):
     """((TTFT, bound), (TPOT, bound), info) under continuous batching, with a draft
     speculating inside the batch (compiler/analyses/continuous.py)."""
-    dp = _dp(engine.decode, overrides)
+    dp = data_parallel(engine.decode, overrides)
     c = math.ceil(r.concurrency / dp)          # the busiest rank's clients
     info = _info(evaluate(engine.decode, overrides,
                           {"B": c * dp, "N": float(r.isl + r.osl - 2)}))

@@ -26,16 +26,41 @@ NOTE = ("estimate = steps at achievable ceilings (datasheet x eff_mem, eff_flops
         "kernel-by-kernel engine beats it under this scheduling model")
 
 
+_CLOSED = ("closed loop: C clients per replica, each sending its next request when one "
+           "ends; ")
+OPEN = ("open loop: Poisson arrivals; mean concurrency C = rate x E2E (Little's law) at "
+        "the closed loop's schedule for 1 + C requests; TTFT adds the step in progress "
+        "(mean residual), the M/D/1 wait for the token budget (Pollaczek-Khinchine) and the "
+        "prompts joining its step; p90/p99 TTFT: the wait's tail taken as M/M/1-shaped "
+        "(an estimate); TPOT percentiles only from --simulate")
+
+
 def serve_text(r: Mapping[str, Any]) -> str:
     """The serve report: one row per metric, estimate beside bound."""
+    load = (f"concurrency={r['concurrency']}" if r.get("rps") is None else
+            f"rps={r['rps']:g}/s per replica")
     head = (f"{r['model']} on {r['hardware']}, ISL={r['isl']} OSL={r['osl']} "
-            f"concurrency={r['concurrency']}, policy {r['policy']}, {r['gpus']} GPU(s)")
-    width = max(len(name) for name, _, _ in _ROWS)
+            f"{load}, policy {r['policy']}, {r['gpus']} GPU(s)")
+    width = max(len(name) for name, _, _ in _ROWS + _OPEN_ROWS)
     used = r.get("use", "estimate")
-    lines = [head, MODEL[r["batching"]] + _budget(r), f"engine {r.get('engine', 'eager')}",
-             "", f"{'':{width}}  {used:>14}  {'bound':>14}"]
-    for name, key, fmt in _ROWS:
-        lines.append(f"{name:{width}}  {fmt(r[key]):>14}  {fmt(r['bound'][key]):>14}")
+    model = MODEL[r["batching"]]
+    if r.get("rps") is not None:   # the load is the open loop's, said on the next line
+        model = model.replace(_CLOSED, "")
+    lines = [head, model + _budget(r), f"engine {r.get('engine', 'eager')}"]
+    if r.get("rps") is not None:
+        lines.append(OPEN)
+    lines += ["", f"{'':{width}}  {used:>14}  {'bound':>14}"]
+    rows = _ROWS + (_OPEN_ROWS if r.get("rps") is not None else ())
+    for name, key, fmt in rows:
+        lines.append(f"{name:{width}}  {_cell(fmt, r.get(key)):>14}  "
+                     f"{_cell(fmt, r['bound'].get(key)):>14}")
+    if r.get("saturated"):
+        lines.append(f"SATURATED: {r['rps']:g} req/s is past what the replica completes "
+                     f"({r['max_requests_per_s']:.3g} req/s, utilisation "
+                     f"{r['utilisation']:.2f}): the queue grows without bound, no finite "
+                     "time; tokens/s is the replica's most")
+    if r.get("simulated"):
+        lines.append(_simulated_line(r["simulated"]))
     if "schedule" in r:
         lines.append(_schedule_line(r["schedule"]))
     if "speculative" in r:
@@ -43,6 +68,23 @@ def serve_text(r: Mapping[str, Any]) -> str:
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+_OPEN_ROWS = (("TTFT p90", "ttft_p90_s", duration), ("TTFT p99", "ttft_p99_s", duration),
+              ("mean concurrency", "concurrency", lambda v: f"{v:,.1f}"),
+              ("utilisation", "utilisation", lambda v: f"{v:.3f}"))
+
+
+def _cell(fmt, value: Any) -> str:
+    return "-" if value is None else fmt(value)
+
+
+def _simulated_line(s: Mapping[str, Any]) -> str:
+    """The simulation's means and percentiles, one line."""
+    return (f"simulated ({s['requests']:,} requests after {s['warmup']:,} of warm-up, seed "
+            f"{s['seed']}): TTFT mean {duration(s['ttft_s'])} p90 {duration(s['ttft_p90_s'])} "
+            f"p99 {duration(s['ttft_p99_s'])}; TPOT mean {duration(s['tpot_s'])} p90 "
+            f"{duration(s['tpot_p90_s'])} p99 {duration(s['tpot_p99_s'])}")
 
 
 def _budget(r: Mapping[str, Any]) -> str:

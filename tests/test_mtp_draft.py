@@ -125,3 +125,20 @@ def test_mtp_with_pipeline_stages_is_refused(capsys, dsv3: Path) -> None:
             "--concurrency", "2", "--set", "pp=8", "--draft", "mtp", "--acceptance", "0.7"]
     assert main(argv) == 1
     assert "--draft mtp with pp > 1" in capsys.readouterr().err
+
+
+def test_held_layers_call_no_collectives(dsv3: Path, tmp_path: Path) -> None:
+    """Held weights run in no step, so their collectives are never called: at tp = 8 the
+    target with its MTP layer held steps exactly as the spec without it, and the draft
+    (the main layers held) calls only its own."""
+    at = {"B": 1, "N": 2048, "tp": 8, "ep": 4}
+    plain = tmp_path / "plain.arch"
+    plain.write_text(dsv3.read_text().split("  draft = held(x)")[0] + "}\n")
+    held, run = (analyze(p, hw="h200_sxm").evaluate(at)["step"] for p in (dsv3, plain))
+    for key in ("collectives", "t_comm_s", "time_s", "estimate_s"):
+        assert held[key] == run[key], key
+    draft = analyze(dsv3, hw="h200_sxm", draft="mtp").evaluate(at)["step"]
+    # The embedding's all-reduce, the MTP layer's attention all-reduce, its experts'
+    # dispatch, combine and all-gather (ep = 4 inside tp = 8), its shared expert's
+    # all-reduce, the LM head's all-gather: 1 + 1 + 3 + 1 + 1 = 7.
+    assert draft["collectives"] == 7

@@ -69,7 +69,8 @@ class Builder:
         """A workbook-scoped defined name for one cell."""
         check_excel_name(name)
         col, row = re.match(r"([A-Z]+)(\d+)", cell).groups()  # type: ignore[union-attr]
-        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{sheet}!${col}${row}")
+        title = f"'{sheet}'" if not sheet.isidentifier() else sheet
+        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{title}!${col}${row}")
 
     def formula(self, expr: sympy.Basic, names: Mapping[sympy.Symbol, str] | None = None,
                 allocate: Callable[[sympy.Basic], str] | None = None) -> str:

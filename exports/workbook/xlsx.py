@@ -37,7 +37,7 @@ from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPU
                                           Builder, live_cell, set_formula, unit_of)
 from infest.exports.workbook.xlsx_names import Namer
 
-from infest.exports.workbook.xlsx_plan import Phases, plan_sheet
+from infest.exports.workbook.xlsx_plan import plan_sheet
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -46,9 +46,10 @@ SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
-                   serving: "Phases | None" = None) -> Path:
+                   decode: "Analysis | None" = None) -> Path:
     """Write the workbook for an analysis (hardware required) at the given inputs; with
-    `serving` (the decode and prefill analyses), a Plan sheet too (exports/workbook/xlsx_plan.py)."""
+    `decode` (the decode phase's analysis: `analysis` itself in that phase), a Plan sheet
+    too (exports/workbook/xlsx_plan.py)."""
     b = Builder(analysis, overrides)
     b.wb.active.title = "How to use"
     for title in ("Inputs", "Summary", "Ops", "Sweep", "Charts", "Helpers"):
@@ -58,8 +59,8 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     ops_rows = _ops_sheet(b)
     _summary_sheet(b, ops_rows)
     _sweep_sheet(b)
-    if serving is not None:
-        plan_sheet(b, serving)
+    if decode is not None:
+        plan_sheet(b, decode)
     _charts_sheet(b)
     if not b.helpers:  # no formula needed splitting: no empty sheet
         del b.wb["Helpers"]

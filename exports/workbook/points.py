@@ -85,6 +85,17 @@ def bound_text(terms: Mapping[str, str]) -> str:
     return f"MAX({','.join(terms[k] for k in HARD_KEYS)})"
 
 
+def op_total(key: str, terms: Mapping[str, str], eff: Mapping[str, str]) -> str:
+    """An op's time by one of the step totals' rules, from its term cells."""
+    if key == BOUND:
+        return bound_text(terms)
+    if key == ESTIMATE:
+        return estimate_text(terms, eff)
+    if key == "time_s":
+        return f"MAX({','.join(terms.values())})"
+    raise ValueError(f"no per-op rule for the step total {key!r}")
+
+
 def point_table(ws, top: int, points: Sequence[Point], ops: Sequence[Mapping[str, sympy.Basic]],
                 op_names: Sequence[str], names: Mapping[sympy.Symbol, str],
                 totals: Sequence[str] = (BOUND, ESTIMATE, "time_s")) -> Table:
@@ -92,7 +103,7 @@ def point_table(ws, top: int, points: Sequence[Point], ops: Sequence[Mapping[str
     names); `names` prints every symbol but B, T and N. Totals: step sums of count x
     a per-op block (time_s: the largest of all terms, launch included)."""
     n = len(ops)
-    keys = list(OP_FORMS) + [BOUND, ESTIMATE] + (["time_s"] if "time_s" in totals else [])
+    keys = list(OP_FORMS) + list(totals)
     first_col = LABEL_COLS + len(totals) + 1
     blocks = {k: (get_column_letter(first_col + i * n), get_column_letter(first_col + i * n + n - 1))
               for i, k in enumerate(keys)}
@@ -135,10 +146,8 @@ def _point_row(ws, row: int, point: Point, table: Table, templates: list[dict[st
         for key, text in forms.items():
             ws[table.cell(key, i, row)] = text.replace(ROW, str(row))
         terms = {t.key: table.cell(t.key, i, row) for t in TIME_TERMS}
-        ws[table.cell(BOUND, i, row)] = "=" + bound_text(terms)
-        ws[table.cell(ESTIMATE, i, row)] = "=" + estimate_text(terms, eff)
-        if "time_s" in table.blocks:
-            ws[table.cell("time_s", i, row)] = f"=MAX({','.join(terms.values())})"
+        for key in table.totals:
+            ws[table.cell(key, i, row)] = "=" + op_total(key, terms, eff)
     for key, letter in table.totals.items():
         cell = ws[f"{letter}{row}"]
         cell.value = f"=SUMPRODUCT({table.block('count', row)},{table.block(key, row)})"

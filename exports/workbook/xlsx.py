@@ -35,7 +35,9 @@ from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
                                           OOM_FILL, OOM_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, live_cell, set_formula, unit_of)
+from infest.exports.workbook.points import BOUND, Point, Table, effs, estimate_text, point_table
 from infest.exports.workbook.xlsx_names import Namer
+from infest.compiler.forms.model import estimate
 
 from infest.exports.workbook.xlsx_plan import plan_sheet
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from infest.compiler.api import Analysis
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+SWEEP_POINTS = "Sweep points"
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
@@ -240,7 +243,7 @@ def _style_header(ws, widths: list[int], right: tuple[int, ...] = ()) -> None:
 # ---- Ops ------------------------------------------------------------------------
 
 OP_COLUMNS = list(OP_KEYS[:-1])  # per-instance forms; time_s is derived on the sheet
-OP_DERIVED = ["time_s", "roofline_s", "intensity FLOP/byte", "time x count", "bound"]
+OP_DERIVED = ["time_s", "roofline_s", "estimate_s", "intensity FLOP/byte", "time x count", "bound"]
 _FIRST_COL = 4  # after op, kind, group
 
 
@@ -261,7 +264,7 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
         ws.cell(row, 3, node.group)
         for col, key in enumerate(OP_COLUMNS, start=_FIRST_COL):
             set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
-        _op_derived(ws, row)
+        _op_derived(ws, row, effs(b.names))
         for col, key in enumerate(keys, start=_FIRST_COL):
             ws.cell(row, col).number_format = _op_format(key)
     names = [len(n.name) for n in b.analysis.model.ops] + [4]
@@ -275,7 +278,7 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
 def _op_unit(key: str) -> str:
     """Base unit of an Ops column."""
     own = {"count": "", "intensity FLOP/byte": "", "time x count": "s", "bound": "",
-           "time_s": "s", "roofline_s": "s"}  # the sheet's own columns, and count bare
+           "time_s": "s", "roofline_s": "s", "estimate_s": "s"}  # the sheet's own columns, and count bare
     return own[key] if key in own else unit_of(key)
 
 
@@ -295,12 +298,13 @@ def _op_format(key: str) -> str:
     return "General" if key == "bound" else "##0.00E+0"
 
 
-def _op_derived(ws, row: int) -> None:
-    """time, roofline, intensity, time x count and bound from the row's own cells."""
+def _op_derived(ws, row: int, eff: Mapping[str, str]) -> None:
+    """time, roofline, estimate, intensity, time x count and bound from the row's own cells."""
     c = {key: f"{letter}{row}" for key, letter in _op_letters().items()}
     terms = ",".join(c[k] for k in TERM_KEYS)
     hard = ",".join(c[k] for k in HARD_KEYS)
     derived = [f"=MAX({terms})", f"=MAX({hard})",
+               "=" + estimate_text({k: c[k] for k in TERM_KEYS}, eff),
                f'=IF({c["bytes"]}>0,{c["flops"]}/{c["bytes"]},"")',
                f"={c['time_s']}*{c['count']}", _op_bound_formula(c)]
     start = _FIRST_COL + len(OP_COLUMNS)
@@ -376,7 +380,8 @@ def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic]
     first, last = ops_rows
     column = _op_letters().get(key) if section == "step" and key in _OPS_SUMMED else None
     if column:
-        return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
+        text = f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
+        return text + _beyond_ops(b, key)
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
         return UNBOUNDED_TEXT
     groups = b.analysis.forms.groups
@@ -388,6 +393,17 @@ def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic]
 
 
 UNBOUNDED_TEXT = "unbounded (KV cache does not grow)"
+
+
+def _beyond_ops(b: Builder, key: str) -> str:
+    """What the step's estimate adds beyond count x each op's estimate (a per-step engine
+    overhead, say), as `+formula`; "" when it is exactly that sum (the other totals are
+    sums over ops by construction, compiler/forms/model.py)."""
+    if key != "estimate_s":
+        return ""
+    forms = b.analysis.forms
+    rest = forms.step[key] - sympy.Add(*(op["count"] * estimate(op) for op in forms.ops))
+    return "" if rest == 0 else "+" + b.formula(rest)[1:]
 
 
 def _name_of(section: str, key: str) -> str:
@@ -402,7 +418,7 @@ def _name_of(section: str, key: str) -> str:
 
 
 # Step totals that are sums over the Ops sheet of count x the op's own cell.
-_OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s"}
+_OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s", "estimate_s"}
 
 
 _FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+00",
@@ -468,10 +484,10 @@ _HEIGHT = len(SWEEP_B) + 3  # title, N header, a row per B, a blank row
 def _grids() -> list[_Grid]:
     """Value grids, the fits grid, then the charts' grids (values where they fit)."""
     titles = [("tokens/s (upper bound)", "tokens_per_s"),
-              ("step time with launch floor (s)", "time_s"),
+              ("step time with launch floor (ms)", "time_s"),
               ("fits in memory", "fits"),
               ("chart data: tokens/s where it fits (#N/A: does not fit)", "chart.tokens_per_s"),
-              ("chart data: step time where it fits (#N/A: does not fit)", "chart.time_s")]
+              ("chart data: step time (ms) where it fits (#N/A: does not fit)", "chart.time_s")]
     return [_Grid(title, key, 2 + i * _HEIGHT) for i, (title, key) in enumerate(titles)]
 
 
@@ -484,10 +500,11 @@ def _sweep_sheet(b: Builder) -> None:
     trained = b.names.get(sym(TRAINED_CONTEXT))  # its cell, when the model states one
     for grid in grids.values():
         _grid_frame(ws, grid, grids["tokens_per_s"])
+    table = _sweep_points(b, grids["tokens_per_s"])
     for key in ("tokens_per_s", "time_s"):
-        _value_grid(b, ws, grids[key], b.analysis.forms.step[key])
+        _value_grid(b, ws, grids[key], b.analysis.forms.step[key], table)
         _mark_unfit(ws, grids[key], grids["fits"], trained)
-    _value_grid(b, ws, grids["fits"], b.analysis.forms.memory["fits"])
+    _value_grid(b, ws, grids["fits"], b.analysis.forms.memory["fits"], None)
     for key in ("tokens_per_s", "time_s"):
         _chart_grid(ws, grids["chart." + key], grids[key], grids["fits"], trained)
     ws.column_dimensions["A"].width = 12
@@ -518,18 +535,30 @@ def _header(cell) -> None:
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
 
 
-def _value_grid(b: Builder, ws, grid: _Grid, expr: sympy.Basic) -> None:
-    """The form over each cell's own B and N headers."""
+def _value_grid(b: Builder, ws, grid: _Grid, expr: sympy.Basic, table: Table | None) -> None:
+    """The form over each cell's own B and N headers; a step total (tokens/s, step time)
+    reads its sum over ops from the grid point's row of the Sweep points table."""
+    total = {"tokens_per_s": BOUND, "time_s": "time_s"}.get(grid.key)
+    stand_in, note = sympy.Dummy("total"), expr
+    if total is not None:
+        expr = expr.xreplace({b.analysis.forms.step[total]: stand_in})
+    if grid.key in _GRID_SCALE:
+        expr = expr * _GRID_SCALE[grid.key]
     readable = b.namer.rewrite(expr, free_of=frozenset({sym("B"), sym("N")}))
     b.names.update(b.namer.symbols)
     number_format = _GRID_FORMATS.get(grid.key, "General")
     for i in range(len(SWEEP_B)):
         for j in range(2, len(SWEEP_N) + 2):
-            _sweep_cell(b, ws, grid.top + 2 + i, j, grid, (readable, expr))
-            ws.cell(grid.top + 2 + i, j).number_format = number_format
+            row = grid.top + 2 + i
+            names = _cell_names(b, row, j, grid.top + 1)
+            if total is not None:
+                names[stand_in] = table.total(total, table.first + i * len(SWEEP_N) + j - 2)
+            live_cell(b, ws.cell(row, j), names, (readable, note), "Sweep")
+            ws.cell(row, j).number_format = number_format
 
 
-_GRID_FORMATS = {"tokens_per_s": "#,##0.0", "time_s": "##0.000E+0"}
+_GRID_FORMATS = {"tokens_per_s": "#,##0", "time_s": "#,##0.000"}
+_GRID_SCALE = {"time_s": 1000}   # the step-time grid is in ms
 
 
 def _cell_names(b: Builder, row: int, col: int, header_row: int) -> dict:
@@ -540,8 +569,17 @@ def _cell_names(b: Builder, row: int, col: int, header_row: int) -> dict:
     return names
 
 
-def _sweep_cell(b: Builder, ws, row: int, col: int, grid: _Grid, forms: tuple) -> None:
-    live_cell(b, ws.cell(row, col), _cell_names(b, row, col, grid.top + 1), forms, "Sweep")
+def _sweep_points(b: Builder, first: _Grid) -> Table:
+    """The Sweep points sheet: a row per grid point (B down the first grid, N across)."""
+    ws = b.wb.create_sheet(SWEEP_POINTS)
+    ws.cell(1, 1, "Every op's terms at each point of the Sweep grid (B, N from the grid's "
+                  "headers, T from the Inputs sheet); the grids read the step totals.")
+    points = [Point(f"B row {i + 1}, N column {j + 1}", f"=Sweep!$A${first.top + 2 + i}", "=in_T",
+                    f"=Sweep!${get_column_letter(j + 2)}${first.top + 1}")
+              for i in range(len(SWEEP_B)) for j in range(len(SWEEP_N))]
+    ops = [node.name for node in b.analysis.model.ops]
+    return point_table(ws, 3, points, b.analysis.forms.ops, ops, b.names,
+                       totals=(BOUND, "time_s"))
 
 
 def _mark_unfit(ws, grid: _Grid, fits: _Grid, trained: str | None) -> None:
@@ -587,7 +625,7 @@ def _chart_ranges(b: Builder) -> dict[str, tuple[float, float]]:
     ranges = {}
     for key in ("tokens_per_s", "time_s"):
         grid = sweep(b.analysis, fixed, SWEEP_B, contexts, key)
-        ranges[key] = _decades([float(v) for v in grid.values[grid.fits]])
+        ranges[key] = _decades([float(v) * _GRID_SCALE.get(key, 1) for v in grid.values[grid.fits]])
     return ranges
 
 
@@ -631,7 +669,7 @@ def _by_batch_chart(b: Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
 def _by_context_chart(b: Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
     """step time against context, one series per batch size (points that fit only)."""
     chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context (fits only)",
-                    "context N (tokens)", "step time with launch floor (s)",
+                    "context N (tokens)", "step time with launch floor (ms)",
                     (SWEEP_N[0], SWEEP_N[-1]), yrange)
     header = grid.top + 1
     xs = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=header)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import sympy
 from openpyxl.chart import Reference, ScatterChart, Series
 from openpyxl.formatting.rule import FormulaRule
-from openpyxl.styles import Alignment, Font
+from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.datavalidation import DataValidation
 
@@ -37,6 +37,7 @@ from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPU
                                           Builder, live_cell, set_formula, unit_of)
 from infest.exports.workbook.points import BOUND, Point, Table, effs, estimate_text, point_table
 from infest.exports.workbook.xlsx_names import Namer
+from infest.exports.workbook.xlsx_hardware import Picker, hardware_sheet, own_name
 from infest.compiler.forms.model import estimate
 
 from infest.exports.workbook.xlsx_plan import plan_sheet
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEP_POINTS = "Sweep points"
+LOOKUP_FILL = PatternFill("solid", fgColor="DDEBF7")   # an input that looks its value up
+TYPED_FILL = PatternFill("solid", fgColor="FCE4D6")    # a number typed over a lookup
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
@@ -58,7 +61,7 @@ def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any
     for title in ("Inputs", "Summary", "Ops", "Sweep", "Charts", "Helpers"):
         b.wb.create_sheet(title)
     _how_to_sheet(b)
-    _inputs_sheet(b)
+    _inputs_sheet(b, hardware_sheet(b))
     ops_rows = _ops_sheet(b)
     _summary_sheet(b, ops_rows)
     _sweep_sheet(b)
@@ -126,16 +129,16 @@ def _how_to_sheet(b: Builder) -> None:
 
 # ---- Inputs ---------------------------------------------------------------------
 
-def _input_rows(b: Builder) -> list[tuple[str, Any, str, str, str]]:
-    """(name, value, unit, description, kind) for every input, hardware fields included."""
+def _input_rows(b: Builder, picker: Picker) -> list[tuple[str, Any, str, str, str]]:
+    """(name, value, unit, description, kind) for every input; hardware fields last, one
+    per Hardware sheet row, value None where it is the picker's lookup (not --set)."""
     inputs = {i.name: i for i in b.analysis.inputs(b.overrides)}
-    hw = b.analysis.hardware
-    extra = [n for n in (hw.fields if hw else {}) if n not in inputs]
-    rows = []
-    for name in list(inputs) + extra:
-        value = inputs[name].value if name in inputs else hw.fields[name].value  # type: ignore[union-attr]
-        unit, doc, kind = _describe_input(b, name)
-        rows.append((name, value, unit, doc, kind))
+    rows = [(name, i.value, *_describe_input(b, name)) for name, i in inputs.items()
+            if name not in picker.rows]
+    for name in picker.rows:
+        doc, unit = field_doc(name)
+        value = inputs[name].value if name in b.overrides and name in inputs else None
+        rows.append((name, value, unit, doc, "hardware"))
     return rows
 
 
@@ -156,14 +159,31 @@ def _describe_input(b: Builder, name: str) -> tuple[str, str, str]:
     return dim or unit, doc, "hardware"
 
 
-def _inputs_sheet(b: Builder) -> None:
+def _inputs_sheet(b: Builder, picker: Picker) -> None:
     ws = b.wb["Inputs"]
-    ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind"])
+    ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind",
+               "note"])
     rules = _validations(ws)
-    for row, item in enumerate(_input_rows(b), start=2):
-        _input_row(b, ws, row, item)
+    _hw_row(b, ws, picker)
+    for row, item in enumerate(_input_rows(b, picker), start=3):
+        _input_row(b, ws, row, item, picker)
         rules[_validation_kind(b, item)].add(f"B{row}")
-    _style_header(ws, widths=[20, 14, 12, 16, 10, 56, 10], right=(2, 4))
+    _style_header(ws, widths=[20, 14, 12, 16, 10, 56, 10, 40], right=(2, 4))
+
+
+def _hw_row(b: Builder, ws, picker: Picker) -> None:
+    """in_hw: the GPU the hardware inputs are looked up for (a list of the sheet's names)."""
+    ws.cell(2, 1, "hw")
+    cell = ws.cell(2, 2, own_name(b))
+    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    ws.cell(2, 6, "the GPU: a column of the Hardware sheet (custom: its blue column)")
+    ws.cell(2, 7, "hardware")
+    rule = DataValidation(type="list", formula1=picker.names, allow_blank=False,
+                          error="a hardware name from the Hardware sheet's header row")
+    rule.showErrorMessage, rule.errorTitle = True, "infest input"
+    ws.add_data_validation(rule)
+    rule.add("B2")
+    b.define("in_hw", "Inputs", "B2")
 
 
 def _validations(ws) -> dict[str, DataValidation]:
@@ -191,19 +211,26 @@ def _validation_kind(b: Builder, item: tuple) -> str:
         return "positive"
     if kind in ("builtin", "parallel") or unit in ("count", "sequences", "tokens"):
         return "whole"
+    if kind == "hardware":   # counts (SMs, GPUs per node) are whole; efficiencies not
+        return "whole" if not unit and not name.startswith("eff_") else "positive"
     if kind == "model" and not unit and value.denominator == 1:
         return "whole"
     return "positive"
 
 
-def _input_row(b: Builder, ws, row: int, item: tuple) -> None:
+def _input_row(b: Builder, ws, row: int, item: tuple, picker: Picker) -> None:
     """The input in its human unit (the editable, named cell); beside it, for inputs
-    with a human unit, its base-unit value as a grey formula that the forms use."""
+    with a human unit, its base-unit value as a grey formula that the forms use. A
+    hardware field reads the picked GPU's value unless a number is typed over it."""
     name, value, unit, doc, kind = item
     scale, human_unit = HUMAN.get(unit, (Fraction(1), unit))
     ws.cell(row, 1, name)
-    cell = ws.cell(row, 2, _number(value / scale))
+    cell = ws.cell(row, 2)
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    if name in picker.rows:
+        _hardware_cell(ws, cell, value, scale, picker.selected(name))
+    else:
+        cell.value = _number(value / scale)
     cell.number_format = "General"
     ws.cell(row, 3, human_unit)
     ws.cell(row, 6, doc)
@@ -216,6 +243,19 @@ def _input_row(b: Builder, ws, row: int, item: tuple) -> None:
         ws.cell(row, 5, unit)
         b.define(f"base_{name}", "Inputs", f"D{row}")
         b.names[sym(name)] = f"base_{name}"
+
+
+def _hardware_cell(ws, cell, value, scale: Fraction, selected: str) -> None:
+    """The picked GPU's value (a lookup), or the --set value typed over it; typed over
+    turns orange and says what the catalogue holds."""
+    if value is None:
+        cell.value, cell.fill = f"={selected}", LOOKUP_FILL
+    else:
+        cell.value = _number(value / scale)
+    row = cell.row
+    differs = f"$B{row}<>{selected}"
+    ws.conditional_formatting.add(f"A{row}:C{row}", FormulaRule(formula=[differs], fill=TYPED_FILL))
+    ws.cell(row, 8, f'=IF({differs},"typed over: "&in_hw&" has "&{selected},"")')
 
 
 def _number(value: Fraction) -> int | float:

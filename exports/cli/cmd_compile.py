@@ -41,7 +41,11 @@ def _write_xlsx(analysis, args: argparse.Namespace, overrides: dict) -> int:
     if analysis.hardware is None:
         raise fail(None, "--xlsx needs --hw", "e.g. --hw h100_sxm")
     path = Path(args.xlsx or f"{analysis.model.name}_{analysis.hardware.name}.xlsx")
-    write_workbook(analysis, path, overrides, _serving(analysis, args))
+    import sys
+    print(f"writing {path}:", end="", file=sys.stderr, flush=True)
+    write_workbook(analysis, path, overrides, _serving(analysis, args),
+                   progress=lambda step: print(f" {step}...", end="", file=sys.stderr, flush=True))
+    print(" done", file=sys.stderr)
     print(f"wrote {path}")
     return 0
 

@@ -123,6 +123,9 @@ HOW_TO = [
 ]
 
 
+HOW_TO_CHARS_PER_LINE = 95   # of the text column's 100-character width, wrapped
+
+
 def _how_to_sheet(b: Builder) -> None:
     ws = b.wb["How to use"]
     ws.cell(1, 1, f"{b.analysis.model.name} on {b.analysis.hardware.name}: a live workbook "
@@ -131,6 +134,8 @@ def _how_to_sheet(b: Builder) -> None:
         ws.cell(row, 1, topic).font = HEADER_FONT
         ws.cell(row, 2, text).alignment = Alignment(wrap_text=True, vertical="top")
         ws.cell(row, 1).alignment = Alignment(vertical="top")
+        # Engines do not grow a row to its wrapped text on load: give it the lines it needs.
+        ws.row_dimensions[row].height = 15 * (1 + len(text) // HOW_TO_CHARS_PER_LINE)
     ws.column_dimensions["A"].width = 16
     ws.column_dimensions["B"].width = 100
 

@@ -209,14 +209,20 @@ def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
     return ttft, decode / (b.osl - 1)
 
 
-# How each time term of a mixed step (parts: decode and prompt) combines per op.
-_MIXED = {
-    "compute": lambda parts, tot, fix, k: sum(p[k] for p in parts),        # FLOPs add
-    "memory": lambda parts, tot, fix, k: sum(p[k] for p in parts) + fix,   # weights once
-    "comm": lambda parts, tot, fix, k: tot[k],                  # one call over all tokens
-    "launch": lambda parts, tot, fix, k: parts[0][k],           # the same kernels
-    "host": lambda parts, tot, fix, k: tot[k],                  # misses of experts all touch
+# How each time term of a mixed step (parts: decode and prompt) combines per op, by name
+# (the workbook's Plan sheet writes the same rules as formulas): "parts" add (FLOPs),
+# "parts+weights" add and read the weights all the step's tokens touch once, "total" is
+# the term at all the step's tokens (one collective call; the experts they all miss),
+# "decode" the decode part's (the same kernels).
+MIXED_RULES = {"compute": "parts", "memory": "parts+weights", "comm": "total",
+               "launch": "decode", "host": "total"}
+_RULES = {
+    "parts": lambda parts, tot, fix, k: sum(p[k] for p in parts),
+    "parts+weights": lambda parts, tot, fix, k: sum(p[k] for p in parts) + fix,
+    "total": lambda parts, tot, fix, k: tot[k],
+    "decode": lambda parts, tot, fix, k: parts[0][k],
 }
+_MIXED = {name: _RULES[rule] for name, rule in MIXED_RULES.items()}
 
 
 def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[str, Any]

@@ -201,3 +201,17 @@ def test_plan_searches_attention_data_parallel_with_experts_over_ep(capsys) -> N
                   dict(zip(LAYOUT, key[1:])))
         assert s["tpot_s"] == pytest.approx(c["tpot_s"], rel=1e-12)
     assert r["best"]["gpus"] <= 8 and math.isfinite(r["best"]["tokens_per_s"])
+
+
+def test_the_new_searches_are_bounded_before_the_work(capsys, monkeypatch) -> None:
+    from infest.compiler.analyses import budget, disagg
+    # Llama 3.1 8B up to 64 GPUs: 84 layouts x 13 replica counts x 52 solves > 1000.
+    monkeypatch.setattr(budget, "MAX_OPEN_PLAN_POINTS", 1000)
+    assert main(["plan", str(LLAMA8), "--hw", "h100_sxm", "--isl", "128", "--osl", "16",
+                 "--rps", "10"]) == 1
+    assert "MAX_OPEN_PLAN_POINTS = 1,000" in capsys.readouterr().err
+    # The budget's split: up to 8 x 8 pairs x 8 prefill replica counts > 10.
+    monkeypatch.setattr(disagg, "MAX_SPLITS", 10)
+    r = _plan_json(capsys, "--gpus", "8")
+    assert "MAX_SPLITS = 10" in r["disaggregated"]["none"]
+    assert r["best"]["gpus"] <= 8              # the aggregated answer stands

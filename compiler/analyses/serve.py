@@ -37,8 +37,8 @@ import numpy as np
 
 from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
                                                  latencies, point_forms, schedule, step_costs)
-from infest.compiler.analyses.speculative import (LAYOUT, Draft, both_fit, breakeven, speculate,
-                                                  tokens_per_round)
+from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
+                                                  speculate, tokens_per_round)
 from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.dsl.errors import fail
@@ -181,8 +181,9 @@ def _speculative(engine: Serving, draft: Draft, r: Request, overrides: Mapping[s
 
 
 def draft_notes(draft: Draft) -> dict[str, Any]:
-    """The draft's length and acceptance, as serve reports them."""
-    return {"draft_len": draft.length, "acceptance": draft.acceptance}
+    """The draft's length and acceptance (and an MTP draft's modules), as serve reports them."""
+    mtp = {"draft": "mtp", "mtp_modules": draft.modules} if draft.modules else {}
+    return {"draft_len": draft.length, "acceptance": draft.acceptance, **mtp}
 
 
 def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any]) -> dict:
@@ -280,9 +281,9 @@ def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp
 
 
 def _draft_base(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, float]:
-    """The draft's inputs: its own defaults on the target's layout."""
-    layout = {n: v for n, v in overrides.items() if n in LAYOUT}
-    return {i.name: float(i.value) for i in draft.engine.decode.inputs(layout, checked=False)}
+    """The draft's inputs: its own defaults on the target's layout (MTP: the target's)."""
+    own = draft_overrides(draft, overrides)
+    return {i.name: float(i.value) for i in draft.engine.decode.inputs(own, checked=False)}
 
 
 def _draft_run(engine: Serving, draft: Draft, budget: Budget, c: int, dp: float,
@@ -292,9 +293,9 @@ def _draft_run(engine: Serving, draft: Draft, budget: Budget, c: int, dp: float,
     dec = Decoding(float(draft.length + 1), (budget.osl - 1) / tpr)
     run = _continuous_costs(engine, budget, dec, c, dp, overrides, draft)
     last = {"B": batch, "N": float(budget.isl + budget.osl - 2)}   # every micro-batch's KV
-    layout = {n: v for n, v in overrides.items() if n in LAYOUT}
     fits = both_fit(evaluate(engine.decode, overrides, last),
-                    evaluate(draft.engine.decode, layout, last))
+                    evaluate(draft.engine.decode, draft_overrides(draft, overrides), last),
+                    draft.modules)
     return run, tpr, fits
 
 

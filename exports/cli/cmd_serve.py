@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="requests the simulation measures, after 1,000 of warm-up (default 10,000)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the simulation's seed (default 0)")
     add_batching_args(p)
-    p.add_argument("--draft", metavar="SPEC", help="speculative decoding: the draft model's spec")
+    p.add_argument("--draft", metavar="SPEC|mtp", help="speculative decoding: the draft "
+                   "model's spec, or mtp: the spec's own multi-token-prediction layers")
     p.add_argument("--draft-len", type=int, default=4, metavar="K",
                    help="tokens the draft proposes per round (default 4)")
     p.add_argument("--acceptance", type=float, metavar="A",
@@ -137,6 +138,10 @@ def _draft(args: argparse.Namespace):
     if args.acceptance is None:
         raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
     check_draft(args.draft_len, args.acceptance)
+    if args.draft == "mtp":
+        from infest.compiler.analyses.mtp import mtp_draft
+        return mtp_draft(args.spec, args.hw, args.draft_len, args.acceptance, parse_sets(args.set),
+                         model=args.model, policy=args.policy, engine=args.engine, use=args.use)
     engine = Serving(*(cached_runner(args.draft, args.hw, phase=phase, engine=args.engine)
                       for phase in ("decode", "prefill")), use=args.use)
     return Draft(engine, args.draft_len, args.acceptance)

@@ -105,7 +105,8 @@ def _speculative_line(s: Mapping[str, Any]) -> str:
     even = s["breakeven_acceptance"]
     pays = ("never pays at this draft length" if even is None else
             f"pays above acceptance {even:.3f}")
-    return (f"speculative: K={s['draft_len']} A={s['acceptance']:g}: "
+    mtp = f" (draft: the spec's MTP layers, {s['mtp_modules']} module(s))" if s.get("draft") else ""
+    return (f"speculative{mtp}: K={s['draft_len']} A={s['acceptance']:g}: "
             f"{s['tokens_per_round']:.3f} tokens per round of {duration(s['round_s'])} "
             f"(K draft steps + a target step over K+1 tokens); plain TPOT "
             f"{duration(s['plain_tpot_s'])}; {pays}")

@@ -10,14 +10,18 @@ attention), and a step mixing decode and prompt tokens is the step of all its to
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from infest.compiler.analyses.continuous import point_forms
-from infest.compiler.analyses.serve import Request, Serving
-from infest.compiler.analyses.serve_open import OpenLoad, serve_open
-from infest.compiler.analyses.simulate import Load, run, simulate
+from infest.compiler.analyses.continuous import Budget, Decoding, point_forms
+from infest.compiler.analyses.openloop import solve_grid
+from infest.compiler.analyses.serve import DEFAULT_CHUNK, Request, Serving
+from infest.compiler.analyses.serve_open import OpenLoad, closed_model, serve_open
+from infest.compiler.analyses.simulate import (DEFAULT_REQUESTS, DEFAULT_WARMUP, Load, run,
+                                               simulate)
 from infest.compiler.analyses.stepgrid import build_grid
 from infest.compiler.backend.cache import cached_runner
 from infest.exports.cli.main import main
@@ -80,6 +84,27 @@ def test_an_arrival_waits_for_the_step_in_progress_by_hand() -> None:
 
 CASES = [(spec, shape, rho) for spec in ("llama3_1_8b", "qwen3_30b_a3b")
          for shape in ((1000, 200), (200, 1000)) for rho in (0.2, 0.5, 0.8)]
+UTILISATIONS = (0.2, 0.5, 0.8)
+
+
+@lru_cache(maxsize=None)
+def _shared(spec: str, shape: tuple[int, int]) -> dict:
+    """What the three utilisations of one model and request shape share: the engine, the
+    most the replica completes, the running cap, one step-cost grid (it depends on the cap,
+    not on the rate) and the analytic answers at all three rates in one vectorised solve
+    (serve_open's own solve is this one at a single rate)."""
+    engine = _serving(MODELS / f"{spec}.arch", "h100_sxm")
+    isl, osl = shape
+    probe = serve_open(engine, Request(isl, osl, None), OpenLoad(1e-6), {})
+    cap = probe["max_concurrency_per_rank"]
+    budget, dec = Budget(isl, osl, DEFAULT_CHUNK), Decoding(1.0, osl - 1)
+    closed = closed_model(engine, budget, dec, 1.0, {})[engine.key]
+    rates = np.asarray(UTILISATIONS) * probe["max_requests_per_s"]
+    base = {i.name: float(i.value) for i in engine.decode.inputs({}, checked=False)}
+    grid = build_grid(point_forms(engine.decode, base), engine.decode, 1.0, isl, osl, 1.0,
+                      cap, DEFAULT_CHUNK, engine.key)
+    return {"engine": engine, "cap": cap, "rates": rates, "grid": grid,
+            "analytic": solve_grid(rates, cap, closed, budget, dec)}
 
 
 @pytest.mark.parametrize("spec, shape, rho", CASES)
@@ -87,17 +112,31 @@ def test_analytic_within_15_percent_of_the_simulation(spec: str, shape, rho: flo
     # 10,000 requests after 1,000 of warm-up, seed 0; the rate is rho x the most the
     # replica completes (the closed loop at its KV capacity). Percentiles: reported by
     # the run (`-s`), not asserted.
-    engine = _serving(MODELS / f"{spec}.arch", "h100_sxm")
+    shared, k = _shared(spec, shape), UTILISATIONS.index(rho)
+    a = {key: np.broadcast_to(v, shared["rates"].shape)[k]
+         for key, v in shared["analytic"].items() if key != "closed"}
     isl, osl = shape
-    probe = serve_open(engine, Request(isl, osl, None), OpenLoad(1e-6), {})
-    rate = rho * probe["max_requests_per_s"]
-    r = serve_open(engine, Request(isl, osl, None), OpenLoad(rate, simulate=True), {})
-    sim = r["simulated"]
-    assert sim["requests"] == 10_000 and r["utilisation"] == pytest.approx(rho, rel=1e-9)
-    for key in ("ttft_s", "tpot_s"):
-        assert abs(r[key] - sim[key]) / sim[key] <= 0.15, (key, r[key], sim[key])
-    print(f"{spec} {isl}/{osl} rho={rho}: TTFT p90 {r['ttft_p90_s']:.4f} vs simulated "
-          f"{sim['ttft_p90_s']:.4f}, p99 {r['ttft_p99_s']:.4f} vs {sim['ttft_p99_s']:.4f}")
+    sim = simulate(shared["grid"], Load(float(shared["rates"][k]), shared["cap"], isl, osl,
+                                        DEFAULT_CHUNK), DEFAULT_REQUESTS, DEFAULT_WARMUP, 0)
+    assert sim["requests"] == 10_000 and a["utilisation"] == pytest.approx(rho, rel=1e-9)
+    assert not a["saturated"]
+    for key, mine in (("ttft_s", a["ttft"]), ("tpot_s", a["tpot"])):
+        assert abs(mine - sim[key]) / sim[key] <= 0.15, (key, mine, sim[key])
+    print(f"{spec} {isl}/{osl} rho={rho}: TTFT p90 {a['ttft_p90_s']:.4f} vs simulated "
+          f"{sim['ttft_p90_s']:.4f}, p99 {a['ttft_p99_s']:.4f} vs {sim['ttft_p99_s']:.4f}")
+
+
+def test_serve_simulate_is_the_shared_run() -> None:
+    # serve --rps --simulate at one of the cases above: its analytic answer and its
+    # simulation are those the shared grid and the vectorised solve give.
+    shared = _shared("llama3_1_8b", (1000, 200))
+    rate = float(shared["rates"][1])
+    r = serve_open(shared["engine"], Request(1000, 200, None), OpenLoad(rate, simulate=True), {})
+    assert r["ttft_s"] == pytest.approx(float(shared["analytic"]["ttft"][1]), rel=1e-12)
+    assert r["tpot_s"] == pytest.approx(float(shared["analytic"]["tpot"][1]), rel=1e-12)
+    sim = simulate(shared["grid"], Load(rate, shared["cap"], 1000, 200, DEFAULT_CHUNK),
+                   DEFAULT_REQUESTS, DEFAULT_WARMUP, 0)
+    assert {k: r["simulated"][k] for k in sim} == sim
 
 
 def test_littles_law_and_the_queueing_terms() -> None:

@@ -149,9 +149,10 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
     if draft is not None:
         dparts = [{**parts[0], "T": 1.0}, {**parts[1], "T": 1.0}, parts[2]]
         drafted = _stacked(draft, dparts)
+    hand = {"mixed": hand_off(runner, pieces[3]), "pure": hand_off(runner, pure)}
     out = {}
     for key in KEYS:
-        m, u = mixed[key], pure[f"step.{key}"]
+        m, u = mixed[key] + hand["mixed"][key], pure[f"step.{key}"] + hand["pure"][key]
         if draft is not None:
             step = [x[f"step.{key}"] for x in drafted]
             drafting = np.where(d > 0, step[0], 0.0)   # no decoders: no draft steps
@@ -197,6 +198,34 @@ class _Part(Mapping):
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+def clients_per_scheduler(clients: Any, pp: Any) -> np.ndarray:
+    """The clients of one micro-batch: a data-parallel rank's clients over the pp
+    micro-batches it keeps in flight (vLLM's virtual engines, TensorRT-LLM's pipeline
+    micro-batches), the busiest one's: ceil(c / pp)."""
+    return np.ceil(np.asarray(clients, dtype=float) / np.asarray(pp, dtype=float))
+
+
+def hand_off(runner: "Runner", values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """{key: one hand-off of the residual stream between two stages} (0 at pp = 1).
+
+    With pp micro-batches in flight each stage works on one while the others work on the
+    rest, so a micro-batch steps once per pp x (the slowest stage + its hand-off): with
+    balanced stages that is the forms' step of one micro-batch (pp stages and pp - 1
+    hand-offs, compiler/passes/parallel.py) plus one more hand-off. This is that one."""
+    out = {key: np.asarray(0.0) for key in KEYS}
+    ins = {k: values[k] for k in ("eff_mem", "eff_flops", "eff_link") if k in values}
+    for i, op in enumerate(runner.ops):
+        if op.kind != "send_recv":
+            continue
+        terms = {t.key: values[f"ops.{i}.{t.key}"] for t in TIME_TERMS}
+        sent = np.asarray(values[f"ops.{i}.count"]) > 0
+        out["roofline_s"] = out["roofline_s"] + np.where(
+            sent, reduce(np.maximum, (terms[k] for k in HARD_KEYS)), 0.0)
+        out["estimate_s"] = out["estimate_s"] + np.where(
+            sent, reduce(np.maximum, derated(terms, ins)), 0.0)
+    return out
 
 
 def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],

@@ -30,7 +30,6 @@ TPOT's are null (the model gives only its mean; `--simulate` gives them).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,24 +68,37 @@ def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> 
 def solve(rate: float, cap: float, closed: Closed, b: Budget, dec: Decoding) -> dict[str, Any]:
     """The open-loop answer at `rate` per rank: saturated, utilisation, concurrency C,
     ttft, tpot, the queueing terms and the TTFT percentiles (None when saturated)."""
-    top = closed(np.asarray(float(cap)))
-    mu_max = cap / (top["ttft"] + (b.osl - 1) * top["tpot"])
-    rho = float(rate / mu_max)
-    out = {"utilisation": rho, "max_rate": float(mu_max)}
-    if rho >= 1:
+    a = solve_grid(rate, cap, closed, b, dec)
+    out = {"utilisation": float(a["utilisation"]), "max_rate": float(a["max_rate"])}
+    if bool(a["saturated"]):
         return {**out, "saturated": True}
-    lo, hi = 0.0, max(cap - 1.0, 0.0)
+    keys = ("concurrency", "ttft", "tpot", "residual", "wait", "share", "rho_b",
+            *(f"ttft_p{round(p * 100)}_s" for p in PERCENTILES))
+    return {**out, "saturated": False, "closed": a["closed"], **{k: float(a[k]) for k in keys}}
+
+
+def solve_grid(rate: Any, cap: Any, closed: Closed, b: Budget, dec: Decoding) -> dict[str, Any]:
+    """`solve` over arrays of rates and caps (broadcast): every key an array, `saturated`
+    where utilisation or the budget's utilisation reaches 1 (the times there are not
+    answers). Each bisection step is one vectorised call of `closed`."""
+    rate, cap = np.asarray(rate, dtype=float), np.asarray(cap, dtype=float)
+    top = closed(cap)
+    mu_max = cap / _e2e(top["ttft"], top, b)
+    rho = rate / mu_max
+    shape = np.broadcast_shapes(rate.shape, cap.shape, np.shape(mu_max))
+    lo, hi = np.zeros(shape), np.broadcast_to(np.maximum(cap - 1.0, 0.0), shape)
     for _ in range(BISECTION_STEPS):          # g(C) = lambda E2E(1 + C) - C falls through 0
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _excess(rate, mid, cap, closed, b, dec) > 0 else (lo, mid)
+        up = _excess(rate, mid, cap, closed, b, dec) > 0
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
     c = (lo + hi) / 2
-    at = closed(np.asarray(min(1.0 + c, cap)))
+    at = closed(np.minimum(1.0 + c, cap))
     q = queueing(rate, at, b, dec)
-    if not q["rho_b"] < 1:
-        return {**out, "saturated": True}
-    return {**out, "saturated": False, "concurrency": float(rate * _e2e(q["ttft"], at, b)),
-            "ttft": float(q["ttft"]), "tpot": float(at["tpot"]), "closed": at,
-            **{k: float(q[k]) for k in ("residual", "wait", "share", "rho_b")},
+    saturated = (rho >= 1) | ~(q["rho_b"] < 1)
+    return {"utilisation": rho, "max_rate": mu_max, "saturated": saturated,
+            "concurrency": rate * _e2e(q["ttft"], at, b), "ttft": q["ttft"],
+            "tpot": at["tpot"], "closed": at, **{k: q[k] for k in ("residual", "wait", "share",
+                                                                  "rho_b")},
             **ttft_percentiles(q, at)}
 
 
@@ -94,33 +106,37 @@ def _e2e(ttft: Any, closed: Mapping[str, Any], b: Budget) -> Any:
     return ttft + (b.osl - 1) * closed["tpot"]
 
 
-def _excess(rate: float, c: float, cap: float, closed: Closed, b: Budget, dec: Decoding) -> float:
-    at = closed(np.asarray(min(1.0 + c, cap)))
-    return float(rate * _e2e(queueing(rate, at, b, dec)["ttft"], at, b) - c)
+def _excess(rate: Any, c: Any, cap: Any, closed: Closed, b: Budget, dec: Decoding) -> Any:
+    at = closed(np.minimum(1.0 + c, cap))
+    with np.errstate(invalid="ignore"):
+        return rate * _e2e(queueing(rate, at, b, dec)["ttft"], at, b) - c
 
 
-def ttft_percentiles(q: Mapping[str, Any], closed: Mapping[str, Any]) -> dict[str, float]:
-    """ttft_p90_s, ttft_p99_s: the mean with its residual and wait replaced by their
-    quantiles added (an estimate). The wait: P(W > t) = rho_b exp(-rho_b t / W), 0 below
-    the chance 1 - rho_b of not waiting; the residual: uniform over the step in progress,
-    mixed a fraction `busy` of the time (recovered from the mean residual)."""
-    ttft, wait, rho_b = (float(q[k]) for k in ("ttft", "wait", "rho_b"))
-    t_m, t_u, residual = float(closed["mixed"]), float(closed["pure"]), float(q["residual"])
-    busy = (2 * residual - t_u) / (t_m - t_u) if t_m > t_u else 0.0
-    out = {}
-    for p in PERCENTILES:
-        tail = 1 - p
-        w = wait / rho_b * math.log(rho_b / tail) if rho_b > tail and wait > 0 else 0.0
-        out[f"ttft_p{round(p * 100)}_s"] = ttft - wait - residual + w + _residual_quantile(
-            busy, t_m, t_u, tail)
+def ttft_percentiles(q: Mapping[str, Any], closed: Mapping[str, Any]) -> dict[str, Any]:
+    """ttft_p90_s, ttft_p99_s (arrays): the mean with its residual and wait replaced by
+    their quantiles added (an estimate). The wait: P(W > t) = rho_b exp(-rho_b t / W), 0
+    below the chance 1 - rho_b of not waiting; the residual: uniform over the step in
+    progress, mixed a fraction `busy` of the time (recovered from the mean residual)."""
+    ttft, wait, rho_b = (np.asarray(q[k], dtype=float) for k in ("ttft", "wait", "rho_b"))
+    t_m, t_u = np.asarray(closed["mixed"], dtype=float), np.asarray(closed["pure"], dtype=float)
+    residual = np.asarray(q["residual"], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy = np.where(t_m > t_u, (2 * residual - t_u) / (t_m - t_u), 0.0)
+        out = {}
+        for p in PERCENTILES:
+            tail = 1 - p
+            waits = (rho_b > tail) & (wait > 0) & np.isfinite(wait)
+            w = np.where(waits, wait / rho_b * np.log(np.where(waits, rho_b, 1.0) / tail), 0.0)
+            out[f"ttft_p{round(p * 100)}_s"] = ttft - wait - residual + w + _residual_quantile(
+                busy, t_m, t_u, tail)
     return out
 
 
-def _residual_quantile(busy: float, t_m: float, t_u: float, tail: float) -> float:
+def _residual_quantile(busy: Any, t_m: Any, t_u: Any, tail: float) -> Any:
     """x with P(residual > x) = tail: busy (1 - x / t_m)+ + (1 - busy) (1 - x / t_u)+."""
-    lo, hi = 0.0, max(t_m, t_u)
+    lo, hi = np.zeros(np.shape(busy)), np.maximum(t_m, t_u) + np.zeros(np.shape(busy))
     for _ in range(BISECTION_STEPS):
         x = (lo + hi) / 2
-        over = busy * max(0.0, 1 - x / t_m) + (1 - busy) * max(0.0, 1 - x / t_u)
-        lo, hi = (x, hi) if over > tail else (lo, x)
+        over = busy * np.maximum(0.0, 1 - x / t_m) + (1 - busy) * np.maximum(0.0, 1 - x / t_u)
+        lo, hi = np.where(over > tail, x, lo), np.where(over > tail, hi, x)
     return (lo + hi) / 2

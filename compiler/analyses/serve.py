@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, latencies, point_forms,
-                                                 schedule, step_costs)
+from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
+                                                 latencies, point_forms, schedule, step_costs)
 from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
                                                   speculate, tokens_per_round)
 from infest.compiler.backend.runner import evaluate
@@ -201,8 +201,13 @@ def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any])
 
 def data_parallel(runner: "Runner", overrides: Mapping[str, Any]) -> float:
     """dp of the layout (1 unless --set dp=..)."""
+    return layout_degree(runner, overrides, "dp")
+
+
+def layout_degree(runner: "Runner", overrides: Mapping[str, Any], name: str) -> float:
+    """One parallel degree of the layout (tp, ep, pp or dp: 1 unless --set)."""
     return next((float(i.value) for i in runner.inputs(overrides, checked=False)
-                 if i.name == "dp"), 1.0)
+                 if i.name == name), 1.0)
 
 
 def _static(engine: Serving, r: Request, overrides: Mapping[str, Any]):
@@ -229,15 +234,17 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     """((TTFT, bound), (TPOT, bound), info) under continuous batching, with a draft
     speculating inside the batch (compiler/analyses/continuous.py)."""
     dp = data_parallel(engine.decode, overrides)
-    c = math.ceil(r.concurrency / dp)          # the busiest rank's clients
+    rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
     info = _info(evaluate(engine.decode, overrides,
-                          {"B": c * dp, "N": float(r.isl + r.osl - 2)}))
+                          {"B": rank * dp, "N": float(r.isl + r.osl - 2)}))
+    # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
+    c = int(clients_per_scheduler(rank, layout_degree(engine.decode, overrides, "pp")))
     budget = Budget(r.isl, r.osl, r.chunk)
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
         sched, out = plain
         return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched)})
-    spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides)
+    spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides, rank * dp)
     sched, out = spec
     ttft, tpot = _pair(engine, out)
     round_s = tpot[0] * tpr                    # a mean round: the steps per token x tokens
@@ -280,12 +287,12 @@ def _draft_base(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _draft_run(engine: Serving, draft: Draft, budget: Budget, c: int, dp: float,
-               overrides: Mapping[str, Any]):
+               overrides: Mapping[str, Any], batch: float):
     """(the speculative schedule and costs, tokens per round, both models fit)."""
     tpr = tokens_per_round(draft.length, draft.acceptance)
     dec = Decoding(float(draft.length + 1), (budget.osl - 1) / tpr)
     run = _continuous_costs(engine, budget, dec, c, dp, overrides, draft)
-    last = {"B": c * dp, "N": float(budget.isl + budget.osl - 2)}
+    last = {"B": batch, "N": float(budget.isl + budget.osl - 2)}   # every micro-batch's KV
     fits = both_fit(evaluate(engine.decode, overrides, last),
                     evaluate(draft.engine.decode, draft_overrides(draft, overrides), last),
                     draft.modules)

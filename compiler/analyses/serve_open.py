@@ -2,9 +2,10 @@
 model of one spec, hardware and layout, and `--simulate`, the request-level simulation
 (compiler/analyses/simulate.py) of the same scheduler.
 
-Arrivals at R per replica split evenly over its dp data-parallel ranks (R / dp each); the
-running cap per rank is --max-concurrency / dp, else the KV capacity at ISL + OSL
-(memory.max_batch / dp at a context of ISL + OSL). Throughputs count what is served: R
+Arrivals at R per replica split evenly over its schedulers: dp data-parallel ranks, each
+keeping pp micro-batches in flight (R / (dp x pp) each); the running cap per rank is
+--max-concurrency / dp, else the KV capacity at ISL + OSL (memory.max_batch / dp at a
+context of ISL + OSL), shared by its pp micro-batches. Throughputs count what is served: R
 requests/s and R x OSL output tokens/s when not saturated; saturated, every time is null
 and tokens/s is the most the replica completes (the closed loop at the cap).
 """
@@ -21,7 +22,7 @@ from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, latenci
 from infest.compiler.analyses.openloop import Closed, solve
 from infest.compiler.analyses.serve import (METRIC_KEYS, PERCENTILE_KEYS, Request, Serving,
                                             check_context, check_request, data_parallel,
-                                            schedule_summary)
+                                            layout_degree, schedule_summary)
 from infest.compiler.analyses.simulate import DEFAULT_REQUESTS, DEFAULT_SEED, DEFAULT_WARMUP, Load
 from infest.compiler.backend.runner import evaluate
 from infest.dsl.errors import fail
@@ -96,21 +97,28 @@ def serve_open(engine: Serving, r: Request, load: OpenLoad, overrides: Mapping[s
             raise fail(None, f"--set {name}: serve sets it from --rps, --isl, --osl")
     check_context(engine.decode, r.isl, r.osl, overrides)
     dp = data_parallel(engine.decode, overrides)
+    pp = layout_degree(engine.decode, overrides, "pp")
     budget, dec = Budget(r.isl, r.osl, r.chunk), Decoding(1.0, r.osl - 1)
     cap, last = rank_cap(engine, r, load, dp, overrides)
+    cap = int(cap // pp)             # each of the rank's pp micro-batches runs its share
+    if cap < 1 and load.max_concurrency is not None:
+        raise fail(None, f"--max-concurrency {load.max_concurrency}: less than one request "
+                   f"per scheduler (dp x pp = {dp * pp:g})")
     if cap < 1:
         raise fail(None, "the weights leave no room for one request's KV cache at ISL + OSL",
                    "more GPUs (--set tp=..), or shorter requests")
     models = closed_model(engine, budget, dec, dp, overrides)
-    info = {"gpus": int(last["parallel.gpus"]), "fits": bool(last["memory.fits"]), "dp": dp}
-    answers = {key: solve(load.rps / dp, cap, models[key], budget, dec) for key in KEYS}
+    info = {"gpus": int(last["parallel.gpus"]), "fits": bool(last["memory.fits"]),
+            "dp": dp * pp}     # schedulers per replica: the rate splits over them
+    answers = {key: solve(load.rps / (dp * pp), cap, models[key], budget, dec) for key in KEYS}
     out = {**open_metrics(r, load, answers[engine.key], info),
            "bound": open_metrics(r, load, answers["roofline_s"], info),
            "batching": r.batching, "max_concurrency_per_rank": cap}
     if not answers[engine.key]["saturated"]:
         out["schedule"] = schedule_summary(answers[engine.key]["closed"]["sched"])
     if load.simulate:
-        out["simulated"] = simulated(engine, r, load, cap, dp, overrides, answers[engine.key])
+        out["simulated"] = simulated(engine, r, load, cap, (dp, pp), overrides,
+                                     answers[engine.key])
     return out
 
 
@@ -136,17 +144,20 @@ def open_metrics(r: Request, load: OpenLoad, a: Mapping[str, Any], info: Mapping
                          "share_s": a["share"], "budget_utilisation": a["rho_b"]}}
 
 
-def simulated(engine: Serving, r: Request, load: OpenLoad, cap: int, dp: float,
-              overrides: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The simulation's means and percentiles (None when saturated: the queue would only
-    grow with the run's length)."""
+def simulated(engine: Serving, r: Request, load: OpenLoad, cap: int,
+              degrees: tuple[float, float], overrides: Mapping[str, Any],
+              answer: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The simulation of one scheduler (a data-parallel rank's micro-batch: `degrees` =
+    (dp, pp)): its means and percentiles (None when saturated: the queue would only grow
+    with the run's length)."""
     from infest.compiler.analyses.simulate import simulate
     from infest.compiler.analyses.stepgrid import build_grid
     if answer["saturated"]:
         return None
     base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
+    dp, pp = degrees
     grid = build_grid(point_forms(engine.decode, base), engine.decode, dp, r.isl, r.osl, 1.0,
                       cap, r.chunk, engine.key)
-    run = Load(load.rps / dp, cap, r.isl, r.osl, r.chunk)
+    run = Load(load.rps / (dp * pp), cap, r.isl, r.osl, r.chunk)
     return {**simulate(grid, run, load.requests, load.warmup, load.seed),
             "warmup": load.warmup, "seed": load.seed}

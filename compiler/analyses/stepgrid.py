@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.continuous import Forms, mixed_step
+from infest.compiler.analyses.continuous import Forms, hand_off, mixed_step
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ def build_grid(forms: Forms, runner: "Runner", dp: float, isl: int, osl: int,
              {"B": prompts * dp, "T": np.minimum(p, isl), "N": m},
              {"B": dp, "T": tokens * d + p, "N": 0.0}]
     values = [forms(_broadcast(x)) for x in parts]
-    cost = mixed_step(runner, values[:2], values[2])[key]
+    # With pp stages a micro-batch steps once per its pass plus one hand-off (continuous.py).
+    cost = mixed_step(runner, values[:2], values[2])[key] + hand_off(runner, values[2])[key]
     cost = np.broadcast_to(cost, tuple(len(a) for a in axes)).copy()
     if not np.all(np.isfinite(cost)):
         raise fail(None, "the simulation's step cost is not finite somewhere on its grid",

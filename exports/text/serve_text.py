@@ -113,11 +113,14 @@ def _speculative_line(s: Mapping[str, Any]) -> str:
 
 
 def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
-    """The best layout, the runners-up and the Pareto front, one line each."""
+    """The best layout, the runners-up and the Pareto front, one line each (with --gpus
+    the disaggregated split after them)."""
     q = r["request"]
-    lines = [plan_title(q), MODEL[r["batching"]] + _budget(q),
-             f"best (fewest GPUs meeting the limits and the demand; {q['use']}s, "
-             f"limits compared with means):", "  " + _plan_line(r["best"])]
+    model = MODEL[r["batching"]] + _budget(q)
+    if q.get("rps") is not None:
+        model = model.replace(_CLOSED, "") + "\n" + OPEN
+    lines = [plan_title(q), model, f"best ({_BEST[_mode(q)]}; {q['use']}s, limits "
+             f"compared with {_compared(q)}):", "  " + _plan_line(r["best"])]
     if r.get("best_dominated_by"):
         lines.append("  (off the front: dominated by " + _plan_line(r["best_dominated_by"]).strip() + ")")
     lines += ["runners-up:"] + ["  " + _plan_line(c) for c in r["candidates"][1:1 + runners_up]]
@@ -125,12 +128,29 @@ def plan_text(r: Mapping[str, Any], runners_up: int = 5) -> str:
               f"{max(c['gpus'] for c in r['candidates'])} GPUs; {len(r['pareto'])} points, "
               f"tokens/s per GPU vs per user):"]
     lines += ["  " + _plan_line(c) for c in r["pareto"]]
+    if "disaggregated" in r:
+        lines += ["", _split_text(r["disaggregated"], q)]
     return "\n".join(lines)
+
+
+_BEST = {"users": "fewest GPUs meeting the limits and the demand",
+         "rps": "fewest GPUs meeting the limits at the rate, open loop",
+         "gpus": "most tokens/s from the GPU budget"}
+
+
+def _mode(q: Mapping[str, Any]) -> str:
+    return next(k for k in ("users", "gpus", "rps") if q.get(k) is not None)
+
+
+def _compared(q: Mapping[str, Any]) -> str:
+    p = q.get("slo_percentile")
+    return "means" if p is None else f"TTFT p{p} (the queueing model's estimate), TPOT mean"
 
 
 def plan_title(q: Mapping[str, Any]) -> str:
     """The request in one line: model, hardware, shape, demand, limits, engine."""
-    demand = f"{q['users']:,} users" if q.get("users") is not None else f"{q['rps']:g} req/s"
+    demand = {"users": lambda: f"{q['users']:,} users", "rps": lambda: f"{q['rps']:g} req/s",
+              "gpus": lambda: f"a budget of {q['gpus']:,} GPUs"}[_mode(q)]()
     limits = ", ".join(f"{name} <= {duration(q[key])}" for name, key in
                        (("TTFT", "ttft_max_s"), ("TPOT", "tpot_max_s")) if q[key] is not None)
     return (f"{q['model']} on {q['hardware']}: ISL {q['isl']:,}, OSL {q['osl']:,}, {demand}"
@@ -138,26 +158,56 @@ def plan_title(q: Mapping[str, Any]) -> str:
 
 
 def _plan_line(c: Mapping[str, Any]) -> str:
+    load = (f"{c['replicas']} x {c['rps_per_replica']:,.3g} req/s (C={c['concurrency_per_replica']:.1f}, "
+            f"util {c['utilisation']:.2f})" if "rps_per_replica" in c else
+            f"{c['replicas']} x C={c['concurrency_per_replica']:<5}")
+    total = f"  {c['tokens_per_s']:,.0f} tok/s in all" if "tokens_per_s" in c else ""
+    p90 = f" (p90 {duration(c['ttft_p90_s'])})" if c.get("ttft_p90_s") is not None else ""
     return (f"{c['gpus']:>5} GPUs  tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} "
-            f"{c['policy']:<12} {c['replicas']} x C={c['concurrency_per_replica']:<5} "
-            f"TTFT {duration(c['ttft_s'])}  TPOT {duration(c['tpot_s'])}  "
-            f"{c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  {c['tokens_per_s_per_user']:,.1f} tok/s/user")
+            f"{c['policy']:<12} {load} TTFT {duration(c['ttft_s'])}{p90}  TPOT "
+            f"{duration(c['tpot_s'])}  {c['tokens_per_s_per_gpu']:,.1f} tok/s/GPU  "
+            f"{c['tokens_per_s_per_user']:,.1f} tok/s/user{total}")
+
+
+def _split_text(s: Mapping[str, Any], q: Mapping[str, Any]) -> str:
+    """The disaggregated answer on the same budget, or why there is none."""
+    if "none" in s:
+        return f"disaggregated on {q['gpus']:,} GPUs: none ({s['none']})"
+    pre, dec = s["prefill"], s["decode"]
+    return "\n".join([
+        f"disaggregated on {q['gpus']:,} GPUs: {s['gpus']} used, prefill : decode = "
+        f"{pre['gpus']} : {dec['gpus']}, {s['tokens_per_s']:,.0f} tok/s in all, "
+        f"{s['tokens_per_s_per_gpu']:,.1f} tok/s/GPU, TTFT {duration(s['ttft_s'])} "
+        f"TPOT {duration(s['tpot_s'])}",
+        _pool_lines(pre, dec, s)])
 
 
 def disagg_text(r: Mapping[str, Any]) -> str:
     """The prefill pool, the decode pool and the ratio of their GPUs."""
-    pre, dec = r["prefill"], r["decode"]
+    s = r["disaggregated"]
+    pre, dec = s["prefill"], s["decode"]
     return "\n".join([
-        f"disaggregated: {r['gpus']} GPUs, prefill : decode = {pre['gpus']} : {dec['gpus']} "
-        f"({r['prefill_to_decode']:.3g}), prompts arrive at {r['arrival_rps']:,.3g}/s, "
-        f"E2E {duration(r['e2e_s'])}",
-        f"  prefill {pre['gpus']:>5} GPUs  {_layout_text(pre)} {pre['replicas']} x batch "
-        f"{pre['batch_per_replica']}  TTFT {duration(pre['ttft_s'])}  "
+        plan_title(r["request"]),
+        f"disaggregated: {s['gpus']} GPUs, prefill : decode = {pre['gpus']} : {dec['gpus']} "
+        f"({s['prefill_to_decode']:.3g}), prompts arrive at {s['arrival_rps']:,.3g}/s, "
+        f"E2E {duration(s['e2e_s'])}", _pool_lines(pre, dec, s)])
+
+
+def _pool_lines(pre: Mapping[str, Any], dec: Mapping[str, Any], s: Mapping[str, Any]) -> str:
+    kv = s["kv_transfer"]
+    return "\n".join([
+        f"  prefill {pre['gpus']:>5} GPUs  {_layout_text(pre)} on {s['prefill_hardware']} "
+        f"{pre['replicas']} x batch {pre['batch_per_replica']}  TTFT {duration(pre['ttft_s'])} "
+        f"(prefill {duration(pre['prefill_s'])} + KV move {duration(kv['time_s'])})  "
         f"{pre['prompts_per_s_per_gpu']:,.3g} prompts/s/GPU",
-        f"  decode  {dec['gpus']:>5} GPUs  {_layout_text(dec)} {dec['replicas']} x C="
-        f"{dec['concurrency_per_replica']}  TPOT {duration(dec['tpot_s'])}  "
+        f"  decode  {dec['gpus']:>5} GPUs  {_layout_text(dec)} on {s['decode_hardware']} "
+        f"{dec['replicas']} x C={dec['concurrency_per_replica']}  TPOT {duration(dec['tpot_s'])}  "
         f"{dec['tokens_per_s_per_gpu']:,.1f} tok/s/GPU",
-        "static batches in each pool, estimates; the KV cache's move between pools is not modelled"])
+        f"  KV move per request: {kv['bytes_per_request'] / 1e6:,.1f} MB, "
+        f"{kv['bytes_per_gpu'] / 1e6:,.1f} MB per GPU over the {kv['link']} "
+        f"({kv['bandwidth'] / 1e9:,.0f} GB/s, {duration(kv['latency_s'])} latency), not "
+        "overlapped with the prefill: added to TTFT",
+        "static batches in each pool, no queueing; estimates"])
 
 
 def _layout_text(c: Mapping[str, Any]) -> str:

@@ -124,7 +124,7 @@ def plan_rows(repeat: int) -> list[tuple[str, str]]:
     policies = list(analyze(spec, hw=PLAN_HW).model.policies) or [None]
     engines = {str(p): Serving(*(analyze(spec, hw=PLAN_HW, phase=ph, policy=p)
                                 for ph in ("decode", "prefill"))) for p in policies}
-    demand = Demand(8192, 1024, users=1000, tpot_max=0.05)
+    demand = Demand(8192, 1024, users=1000, tpot_max=0.05)   # continuous batching (default)
     t_cold = best(lambda: plan(engines, demand, {}), 1)   # compiles the forms once
     t_warm = best(lambda: plan(engines, demand, {}), repeat)
     command = ["plan", PLAN_SPEC, "--hw", PLAN_HW] + PLAN_ARGS

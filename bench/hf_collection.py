@@ -4,8 +4,10 @@
 
 One row per config of tests/fixtures/hf/collection/MANIFEST.csv: its family, whether it
 imports, infest's total and active params against the publisher's stated figures (less
-the tables a figure leaves out), and whether they lie within the stated tolerance; then
-the count that import within their totals. `--failures` adds each error's first line.
+the tables a figure leaves out, plus the held groups it counts: `compared` says which, e.g.
+`LM + vision`), and whether they lie within the stated tolerance; then two counts, apart:
+the configs with a published total that import within it, and those without one that
+import. `--failures` adds each error's first line.
 The checks are tests/hf_collection.py's, the ones tests/test_hf_collection.py asserts.
 """
 from __future__ import annotations
@@ -19,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from hf_collection import Entry, Outcome, outcome, problems, read_manifest  # noqa: E402
 
-HEADERS = ("config", "family", "imported", "total", "stated", "active", "stated", "within")
+HEADERS = ("config", "family", "imported", "total", "stated", "active", "stated", "within",
+           "compared")
 
 
 def row(entry: Entry, result: Outcome) -> tuple[str, ...]:
@@ -27,13 +30,16 @@ def row(entry: Entry, result: Outcome) -> tuple[str, ...]:
     if result.counts is None:
         verdict = "crash" if result.crash else "error"
         return (entry.name, entry.model_type, verdict, "", entry.total_params, "",
-                entry.active_params, "")
+                entry.active_params, "", "")
     total, active = result.counts
-    within = "no" if problems(entry, result.counts) else "yes"
+    within = "no" if problems(entry, result.counts, result.groups) else "yes"
     if not (entry.total_params or entry.active_params):
         within = "n/a"
-    return (entry.name, entry.model_type, "yes", f"{total / 1e9:.2f}B", entry.total_params,
-            f"{active / 1e9:.2f}B", entry.active_params, within)
+    held = sum((result.groups or {}).get(g, 0) for g in ("vision", "mtp"))
+    shown = f"{total / 1e9:.2f}B" + (f" +{held / 1e9:.2f}B held" if held else "")
+    return (entry.name, entry.model_type, "yes", shown, entry.total_params,
+            f"{active / 1e9:.2f}B", entry.active_params, within,
+            entry.compared() if entry.total_params else "")
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -53,8 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         results = [outcome(e, Path(workdir)) for e in entries]
     rows = [row(e, r) for e, r in zip(entries, results)]
     print(table(rows))
-    good = sum(r[2] == "yes" and r[7] != "no" for r in rows)
-    print(f"\n{good} of {len(rows)} import within their publishers' totals (or have none)")
+    stated = [r for r in rows if r[4] or r[6]]
+    unstated = [r for r in rows if not (r[4] or r[6])]
+    within = sum(r[2] == "yes" and r[7] == "yes" for r in stated)
+    imported = sum(r[2] == "yes" for r in unstated)
+    print(f"\n{within} of {len(stated)} configs with a published total import within it; "
+          f"{imported} of {len(unstated)} without one import; {within + imported} of "
+          f"{len(rows)} in all")
     if args.failures:
         for entry, result in zip(entries, results):
             text = result.crash or result.error

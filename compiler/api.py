@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -17,8 +18,11 @@ from infest.compiler.core.elaborate import elaborate
 from infest.compiler.core.graph import CompiledModel
 from infest.compiler.forms.evaluate import build_runner
 from infest.compiler.passes.engine import engine_hardware, resolve_engine
+from infest.compiler.load.fields import REQUIRED
 from infest.compiler.load.hardware import CompiledHardware, compile_hardware
-from infest.compiler.load.loader import Program, load_program, pick_model, resolve_spec, shipped
+from infest.compiler.load.files import Read
+from infest.compiler.load.loader import (Lookup, Program, find_hardware, load_program,
+                                         pick_model, resolve_spec, shipped)
 from infest.compiler.forms.model import Forms, build_forms
 from infest.compiler.passes.policy import resolve_policy
 from infest.compiler.backend.runner import Input, Runner
@@ -26,37 +30,44 @@ from infest.dsl.errors import did_you_mean, fail
 
 
 def load_model(path: str | Path, model: str | None = None,
-               program: Program | None = None) -> CompiledModel:
-    """Parse and check the model a spec file defines (or the one named)."""
+               program: Program | None = None, draft: str | None = None) -> CompiledModel:
+    """Parse and check the model a spec file defines (or the one named); `draft="mtp"`:
+    its multi-token-prediction draft (compiler/core/mtp.py)."""
     path = resolve_spec(Path(path))
     program = program or load_program(path)
     node, file = pick_model(program, model, path)
+    if draft is not None:
+        from infest.compiler.core.mtp import mtp_model
+        node = mtp_model(node)
     return elaborate(node, file, reserved=_hardware_field_names(program))
 
 
 def _hardware_field_names(program: Program) -> set[str]:
-    names = {"mem_capacity", "mem_bw", "launch_overhead", "sms"}
+    names = set(REQUIRED) | {"sms"}
     for hw, _ in program.hardware.values():
         names.update(f.name for f in hw.fields)
     return names
 
 
 def load_hardware(spec: str | Path, program: Program | None = None,
-                  files: list[Path] | None = None) -> CompiledHardware:
-    """Hardware by shipped name, by a block name in the spec's program, or by path (the
-    files read are appended to `files`)."""
+                  into: Program | None = None) -> CompiledHardware:
+    """Hardware by shipped name, by a block name in the spec's program, or by path (what
+    was read and looked up is added to `into`, for the cache)."""
     name = str(spec)
     if program is not None and name in program.hardware:
         node, file = program.hardware[name]
         return compile_hardware(node, file)
-    ship = shipped("hardware")
-    path = ship.get(name) or Path(name)
-    if not path.exists():
+    path = find_hardware(name)
+    if path is None:
+        ship = shipped("hardware")
         raise fail(None, f"unknown hardware '{name}'",
                    did_you_mean(name, ship) or f"shipped: {', '.join(ship)}, or a path to a .arch file")
     hw_program = load_program(path)
-    if files is not None:
-        files.extend(hw_program.files)
+    if into is not None:
+        into.files.extend(hw_program.files)
+        into.reads.extend(hw_program.reads)
+        into.lookups.append(Lookup("hardware", os.getcwd(), name, os.path.abspath(path)))
+        into.lookups.extend(hw_program.lookups[1:])  # its imports (the first: path itself)
     if not hw_program.hardware:
         raise fail(None, f"{path} defines no hardware block")
     node, file = next(iter(hw_program.hardware.values()))
@@ -73,7 +84,9 @@ class Analysis:
     model: CompiledModel
     hardware: CompiledHardware | None
     forms: Forms
-    files: tuple[Path, ...] = ()   # every file read (spec, imports, hardware): cache keys
+    files: tuple[Path, ...] = ()   # every file read (spec, imports, hardware), resolved
+    reads: tuple[Read, ...] = ()   # each file's bytes as the parser read them (the cache)
+    lookups: tuple[Lookup, ...] = ()  # each name -> the file it found (the cache)
 
     @cached_property
     def runner(self) -> Runner:
@@ -104,22 +117,23 @@ class Analysis:
 
 def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode",
             model: str | None = None, policy: str | None = None,
-            engine: str | None = None) -> Analysis:
+            engine: str | None = None, draft: str | None = None) -> Analysis:
     """Load a spec (and hardware), derive the closed forms for a phase under a sharding
     policy (the named one, else `full`, else the first the model declares) and an engine
     profile (default eager: every op its own kernel; graphs: the spec's fusions, CUDA
-    graphs, its per-kernel floor as launch_overhead's default)."""
+    graphs, its per-kernel floor as launch_overhead's default). `draft="mtp"`: the spec's
+    MTP layers as a draft model (compiler/core/mtp.py)."""
     profile = resolve_engine(engine)
     program = load_program(Path(spec))
-    compiled = load_model(spec, model, program)
-    files = list(program.files)
-    hardware = load_hardware(hw, program, files) if hw is not None else None
+    compiled = load_model(spec, model, program, draft)
+    hardware = load_hardware(hw, program, program) if hw is not None else None
     if hardware is not None:
         _check_hardware_names(compiled, hardware)
     hardware = engine_hardware(hardware, profile)
     forms = build_forms(compiled, phase, resolve_policy(compiled, policy), links_of(hardware),
                         profile)
-    return Analysis(forms.model, hardware, forms, tuple(files))  # as one GPU of the layout runs it
+    return Analysis(forms.model, hardware, forms, tuple(program.files), tuple(program.reads),
+                    tuple(program.lookups))  # as one GPU of the layout runs it
 
 
 def links_of(hardware: CompiledHardware | None) -> Links:
@@ -127,8 +141,9 @@ def links_of(hardware: CompiledHardware | None) -> Links:
     if hardware is None:
         return Links()
     has = set(hardware.fields)
-    return Links(link=set(LINK_FIELDS) <= has, net=set(NET_FIELDS) <= has,
-                 host="host_bw" in has)
+    # net_bw = 0 in the catalogue: no network between nodes (a group must fit one node).
+    net = set(NET_FIELDS) <= has and hardware.fields["net_bw"].value > 0
+    return Links(link=set(LINK_FIELDS) <= has, net=net, host="host_bw" in has)
 
 
 def _check_hardware_names(model: CompiledModel, hardware: CompiledHardware) -> None:

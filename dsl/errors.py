@@ -15,8 +15,17 @@ from typing import Iterable, Sequence
 _SOURCES: dict[str, str] = {}
 
 
-# C0/C1 controls except tab and newline, and the bidirectional overrides ("Trojan source").
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0/C1 controls except tab and newline, the bidirectional marks and overrides ("Trojan
+# source"), and the Unicode line and paragraph separators (a terminal or an editor may
+# break a line there; the parser does not).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                      "\u202a-\u202e\u2066-\u2069]")
+
+
+def source_lines(text: str) -> list[str]:
+    """A source's lines as the parser counts them: split at "\\n" only (str.splitlines
+    would also split at U+2028, \\x0b, \\x85 ... and quote the wrong line)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def printable(text: str) -> str:
@@ -71,7 +80,7 @@ def _quote(span: Span | None) -> list[str]:
     """The source line under a span with a `^~~~` marker, or nothing if unknown."""
     if span is None or span.file not in _SOURCES:
         return []
-    text_lines = _SOURCES[span.file].splitlines()
+    text_lines = source_lines(_SOURCES[span.file])
     if not 1 <= span.line <= len(text_lines):
         return []
     text = text_lines[span.line - 1].expandtabs(1)

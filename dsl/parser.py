@@ -15,7 +15,8 @@ from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInpu
                              UnexpectedToken, VisitError)
 
 from infest.dsl import ast
-from infest.dsl.errors import Span, SpecError, did_you_mean, fail, printable, register_source
+from infest.dsl.errors import (Span, SpecError, did_you_mean, fail, printable, register_source,
+                               source_lines)
 from infest.dsl.tables import grammar_text, load_parser
 from infest.dsl.units import parse_number, unit_factor, UNITS
 
@@ -344,7 +345,7 @@ def _token_width(exc: UnexpectedInput) -> int:
 
 
 def _end_position(text: str) -> tuple[int, int]:
-    lines = text.splitlines() or [""]
+    lines = source_lines(text.removesuffix("\n")) if text else [""]
     return len(lines), len(lines[-1]) + 1
 
 

@@ -7,7 +7,9 @@ A stated figure is written as the publisher wrote it ("235B", "3.21B", "1T") or 
 exact count ("9241705984"); `tolerance` says which interval it stands for (`interval`),
 one value for both figures or `total/active` ("round/trunc"). `excludes` says which
 tables a figure leaves out ("active=embedding", "total=embedding+lm_head"), computed from
-the config's vocab_size x hidden_size, never from infest's output.
+the config's vocab_size x hidden_size, never from infest's output. `includes` says which
+held weights a figure counts ("total=vision": Meta's 109B counts Llama 4's vision tower),
+added from the spec's params.groups, so each row compares like with like (`compared`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any
 from infest.compiler.api import load_model
 from infest.compiler.hf.families import identifier
 from infest.compiler.hf.importer import import_hf, sibling_quant_config
-from infest.compiler.forms.model import _params
+from infest.compiler.forms.model import _groups, _params
 from infest.dsl.errors import SpecError
 
 COLLECTION = Path(__file__).parent / "fixtures" / "hf" / "collection"
@@ -45,6 +47,7 @@ class Entry:
     totals_source: str
     config_source: str
     excludes: str           # `total=embedding+lm_head;active=embedding`, or empty
+    includes: str = ""      # held groups a figure counts: `total=vision`, or empty
 
     @property
     def path(self) -> Path:
@@ -67,11 +70,26 @@ class Entry:
 
     def excluded(self, figure: str) -> list[str]:
         """The tables (embedding, lm_head) the publisher's figure leaves out."""
-        for item in filter(None, self.excludes.split(";")):
-            which, _, tables = item.partition("=")
-            if which == figure:
-                return tables.split("+")
-        return []
+        return _listed(self.excludes, figure)
+
+    def included(self, figure: str) -> list[str]:
+        """The held groups (vision, mtp) the publisher's figure counts."""
+        return _listed(self.includes, figure)
+
+    def compared(self) -> str:
+        """What the total is compared as: the language model, less or plus what says."""
+        less = "".join(f" - {t}" for t in self.excluded("total"))
+        more = "".join(f" + {g}" for g in self.included("total"))
+        return f"LM{less}{more}"
+
+
+def _listed(spec: str, figure: str) -> list[str]:
+    """The `+`-joined names after `figure=` in a `;`-separated column."""
+    for item in filter(None, spec.split(";")):
+        which, _, names = item.partition("=")
+        if which == figure:
+            return names.split("+")
+    return []
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,7 @@ class Outcome:
     """What importing one config gave: (total, active) params, or the error's text."""
 
     counts: tuple[int, int] | None = None
+    groups: dict[str, int] | None = None    # params.groups: held vision / mtp among them
     error: str | None = None        # a SpecError's message
     crash: str | None = None        # any other exception: a bug in import-hf
 
@@ -120,22 +139,25 @@ def _last_digit_unit(digits: str) -> Decimal:
     return Decimal(10) ** (len(digits) - len(significant))
 
 
-def import_counts(path: Path, workdir: Path) -> tuple[int, int]:
-    """(total, active) params of a config imported as the CLI does (a ModelOpt quant
-    config beside it included). Only the spec is elaborated: no closed forms, no
+def import_counts(path: Path, workdir: Path) -> tuple[tuple[int, int], dict[str, int]]:
+    """((total, active), params.groups) of a config imported as the CLI does (a ModelOpt
+    quant config beside it included). Only the spec is elaborated: no closed forms, no
     hardware, which keeps a run over the whole collection to a few seconds."""
     text = import_hf(path, sibling_quant_config(path))
     spec = workdir / f"{identifier(path.name.removesuffix('.config.json'))}.arch"
     spec.write_text(text)
     model = load_model(spec)
-    params = _params(model)
-    return int(params["total"].xreplace(model.inputs)), int(params["active"].xreplace(model.inputs))
+    params, groups = _params(model), _groups(model)
+    counts = (int(params["total"].xreplace(model.inputs)),
+              int(params["active"].xreplace(model.inputs)))
+    return counts, {g: int(n.xreplace(model.inputs)) for g, n in groups.items()}
 
 
 def outcome(entry: Entry, workdir: Path) -> Outcome:
     """Import one entry; a SpecError is an expected outcome, anything else a crash."""
     try:
-        return Outcome(counts=import_counts(entry.path, workdir))
+        counts, groups = import_counts(entry.path, workdir)
+        return Outcome(counts=counts, groups=groups)
     except SpecError as exc:
         return Outcome(error=str(exc))
     except Exception as exc:  # noqa: BLE001 - any other exception is the finding
@@ -150,6 +172,8 @@ def config_data(entry: Entry) -> dict[str, Any]:
 def table_params(data: dict[str, Any], tables: list[str]) -> int:
     """Params of the embedding table and/or the LM head: vocab_size x hidden_size each
     (from text_config when the model nests one); a tied head stores none."""
+    if not tables:
+        return 0
     text = data.get("text_config") or data
     size = text["vocab_size"] * text["hidden_size"]
     tied = text.get("tie_word_embeddings", data.get("tie_word_embeddings", False))
@@ -159,14 +183,22 @@ def table_params(data: dict[str, Any], tables: list[str]) -> int:
     return size * ("embedding" in tables) + size * ("lm_head" in tables and not tied)
 
 
-def problems(entry: Entry, counts: tuple[int, int]) -> list[str]:
-    """Each stated figure the imported counts miss, as a sentence (empty: all within)."""
-    data, found = config_data(entry), []
+def problems(entry: Entry, counts: tuple[int, int],
+             groups: dict[str, int] | None = None) -> list[str]:
+    """Each stated figure the imported counts miss, as a sentence (empty: all within);
+    held groups the figure includes are added from params.groups (absent: a miss)."""
+    data, found, groups = config_data(entry), [], groups or {}
     for figure, count in zip(FIGURES, counts):
         stated = entry.stated(figure)
         if not stated:
             continue
-        counted = count - table_params(data, entry.excluded(figure))
+        missing = [g for g in entry.included(figure) if g not in groups]
+        if missing:
+            found.append(f"{figure}: the publisher counts {'+'.join(missing)}, which the "
+                         "spec does not hold (the config does not describe it)")
+            continue
+        counted = count - table_params(data, entry.excluded(figure)) + \
+            sum(groups[g] for g in entry.included(figure))
         low, high = interval(stated, entry.tolerance_of(figure))
         if not low <= counted < high:
             found.append(f"{figure} {counted / 1e9:.3f}B not in [{low / 10**9:g}B, "

@@ -1,6 +1,8 @@
-"""Bounds stay bounds (issue #10, item 1): tokens_per_s comes from the hard bound
-(roofline_s: datasheet peaks, perfect overlap, no launch cost), and what-if zeros that
-make physical sense (latencies) are accepted while rates and capacities stay positive."""
+"""Bounds stay bounds (issue #10, item 1): tokens_per_s comes from the serial-kernel bound
+(roofline_s: datasheet peaks, kernels one after another, no launch cost), under it lies
+the overlap floor (issue #22: what an engine that overlaps kernels cannot beat), and
+what-if zeros that make physical sense (latencies) are accepted while rates and
+capacities stay positive."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
-from infest.compiler.load.hardware import MAY_BE_ZERO
+from infest.compiler.load.fields import MAY_BE_ZERO
 from infest.dsl.errors import SpecError
 
 ROOT = Path(__file__).parents[1]
@@ -20,7 +22,7 @@ def llama():
     return analyze(LLAMA, hw="h100_sxm")
 
 
-def test_tokens_per_s_is_the_hard_bound(llama) -> None:
+def test_tokens_per_s_is_the_serial_kernel_bound(llama) -> None:
     step = llama.evaluate({"B": 8, "N": 4096})["step"]
     # B*T = 8 tokens per step over the roofline, not over the launch-inclusive time.
     assert step["tokens_per_s"] == pytest.approx(8 / step["roofline_s"], rel=1e-12)
@@ -56,11 +58,15 @@ def test_link_latency_zero_leaves_the_bandwidth_term() -> None:
 
 
 def test_may_be_zero_is_declared_once() -> None:
-    # latencies, and the offload inputs (no expert resident, no measured hits)
-    # and the estimate's fixed costs and routing skew (0: switched off, perfectly balanced)
+    # latencies, the offload inputs (no expert resident, no measured hits), peaks a GPU
+    # may lack (all but bf16, where every fallback ends), measured ceilings left blank, an
+    # absent network, and the estimate's fixed costs and routing skew (0: switched off,
+    # perfectly balanced)
     assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency", "gpu_experts",
-                           "hit_rate", "kernel_latency", "step_overhead", "request_overhead",
-                           "coll_step_latency", "moe_skew"}
+                           "hit_rate", "flops_fp16", "flops_fp8", "flops_fp4", "flops_int8",
+                           "flops_tf32", "flops_fp32", "mem_bw_measured",
+                           "flops_bf16_measured", "net_bw", "kernel_latency", "step_overhead",
+                           "request_overhead", "coll_step_latency", "moe_skew"}
 
 
 @pytest.mark.parametrize("name", ["mem_bw", "flops_bf16", "mem_capacity", "link_bw", "B", "N"])
@@ -80,3 +86,29 @@ def test_hardware_file_may_state_a_zero_latency(tmp_path: Path) -> None:
                   'mem_bw = 3.35 TB/s; flops_bf16 = 989 TFLOP/s\n  launch_overhead = 0 us\n}\n')
     step = analyze(LLAMA, hw=hw).evaluate({"B": 1})["step"]
     assert step["time_s"] == step["roofline_s"]
+
+
+def test_overlap_floor_by_hand(tmp_path: Path) -> None:
+    # A memory-bound embed beside a compute-bound linear: overlapping them beats running
+    # them one after another, never the largest resource total.
+    spec = tmp_path / "m.arch"
+    spec.write_text("model m {\n  hidden = 4096\n  x = embed(tokens, 100 -> hidden)\n"
+                    "  y = linear(x, hidden -> hidden)\n}\n")
+    step = analyze(spec, hw="h100_sxm").evaluate(
+        {"B": 4096, "mem_bw": 10**12, "flops_bf16": 10**15})["step"]
+    # embed: 4096 rows x 4096 x 2 B read + 4096 x 4096 x 2 B written = 67,108,864 B, 0 FLOP
+    #   -> 67.108864 us at 1 TB/s
+    # linear: 2 x 4096 x 4096 x 4096 = 137,438,953,472 FLOP -> 137.438953472 us at 1 PFLOP/s;
+    #   4096 x 4096 x 2 B weights + 4096 x (4096 + 4096) x 2 B activations = 100,663,296 B
+    #   -> 100.663296 us: compute bound
+    # serial kernels: 67.108864 + 137.438953472 = 204.547817472 us
+    assert step["roofline_s"] == pytest.approx(204.547817472e-6, rel=1e-12)
+    # overlapped: max(137.438953472 us of math, 67.108864 + 100.663296 = 167.77216 us of HBM)
+    assert step["overlap_floor_s"] == pytest.approx(167.77216e-6, rel=1e-12)
+
+
+def test_at_batch_one_the_floor_is_the_roofline(llama) -> None:
+    # every op memory bound, no collectives: both are step bytes / mem_bw
+    step = llama.evaluate({"B": 1, "N": 4096})["step"]
+    assert step["overlap_floor_s"] == pytest.approx(step["bytes"] / 3.35e12, rel=1e-12)
+    assert step["overlap_floor_s"] == pytest.approx(step["roofline_s"], rel=1e-12)

@@ -130,4 +130,4 @@ def test_unwritable_output_is_an_error_not_a_traceback(capsys, tmp_path: Path) -
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert main(["compile", LLAMA, "--hw", "h100_sxm", "--xlsx", str(blocker / "x.xlsx")]) == 1
-    assert "error: cannot access" in capsys.readouterr().err
+    assert f"error: cannot write '{blocker / 'x.xlsx'}': Not a directory" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""The estimate's per-kind terms, engine profiles and the joint calibration, by hand."""
+"""The estimate (issues #14, #23): per-kind terms by hand, never below the bound (which is
+never below the overlap floor, issue #22), engine profiles and the joint calibration."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,14 @@ from infest.compiler.analyses import fit as jf
 from infest.compiler.analyses.serve import Request, Serving, serve
 from infest.compiler.api import analyze
 from infest.compiler.core.graph import OpNode
-from infest.compiler.forms.estimate import busiest_rank, collective, tile_padding
+from functools import lru_cache
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infest.compiler.core.estimate_rule import Kind, op_estimate
+from infest.compiler.core.terms import HARD_KEYS
+from infest.compiler.forms.estimate import PARAMS, SYMBOLIC, busiest_rank, estimate_parts, tile_padding
 from infest.compiler.load.engine_profiles import load_profiles, read_profile
 from infest.compiler.passes.collectives import Collective, Links, call_time
 from infest.compiler.core.symbols import sym
@@ -22,6 +30,13 @@ from infest.dsl.errors import Span, SpecError
 
 ROOT = Path(__file__).parents[1]
 LLAMA8 = ROOT / "specs" / "models" / "llama3_1_8b.arch"
+MODELS = sorted((ROOT / "specs" / "models").glob("*.arch"))
+HARDWARE = ("h100_sxm", "h200_sxm", "gh200")
+
+
+@lru_cache(maxsize=None)
+def _analysis(model: str, hw: str, phase: str):
+    return analyze(ROOT / "specs" / "models" / model, hw=hw, phase=phase)
 
 
 def _num(expr: sympy.Expr, **values: float) -> float:
@@ -59,12 +74,17 @@ def test_ring_all_reduce_at_8_gpus_by_hand() -> None:
     node = _collective_node("all_reduce", 8)
     links = Links(net=False)
     payload = 1 << 20
-    op = {"t_comm_s": call_time(node.comm, sympy.Integer(payload), links)}
-    values = dict(link_latency=5e-6, link_bw=450e9, coll_step_latency=0.86e-6, eff_link=0.8)
+    zero = sympy.Integer(0)
+    op = {"t_comm_s": call_time(node.comm, sympy.Integer(payload), links), **estimate_parts(node, links),
+          "time_s": zero, "kernels": sympy.Integer(1), "t_compute_s": zero, "t_memory_s": zero,
+          "t_host_s": zero, "t_launch_s": zero}
+    values = dict(link_latency=5e-6, link_bw=450e9, coll_step_latency=0.86e-6, eff_link=0.8,
+                  kernel_latency=4.3e-6)
     # 5 us + 2(8-1) = 14 ring steps x 0.86 us + 2 x 7/8 x 1 MiB / (0.8 x 450 GB/s)
     # = 5 + 12.04 + 5.0972 us.
     want = 5e-6 + 14 * 0.86e-6 + 1.75 * payload / (0.8 * 450e9)
-    assert _num(collective(node, op, links), **values) == pytest.approx(want, rel=1e-12)
+    # (a collective's latency is its launch: no kernel_latency added)
+    assert _num(op_estimate(op, PARAMS, Kind(0, 1, 0), SYMBOLIC), **values) == pytest.approx(want, rel=1e-12)
 
 
 def test_dispatch_across_nodes_sends_a_token_once_per_node() -> None:
@@ -132,18 +152,17 @@ def _synthetic(n: int, truth: dict[str, float]) -> list[cal.Prepared]:
     for i in range(n):
         gpu, engine = ("g1", "g2")[i % 2], ("e1", "e2")[(i // 2) % 2]
         ops = 5
-        terms = {k: np.zeros(ops) for k in ("t_compute_s", "t_memory_s", "t_launch_s", "t_comm_s",
-                                             "t_host_s", "time_s", "kernels")}
+        terms = {k: np.zeros(ops) for k in cal.ESTIMATE_OP_KEYS}
         terms["t_compute_s"] = rng.uniform(0, 2e-3, ops)
         terms["t_memory_s"] = rng.uniform(0, 2e-3, ops)
         terms["kernels"] = rng.integers(1, 400, ops).astype(float)
-        parts = {"scale": np.ones(ops), "attn": (np.arange(ops) == 0).astype(float),
-                 "comm_fixed": np.zeros(ops), "comm_steps": np.zeros(ops)}
+        terms["gemm_rows"], terms["gemm_load"] = np.ones(ops), np.ones(ops)
+        kind = cal.Kind((np.arange(ops) == 0).astype(float), np.zeros(ops), np.zeros(ops))
         inputs = {k: float(v) for k, v in cal.ESTIMATE_DEFAULTS.items()}
         inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8)
         row = cal.Row(Span("synthetic", i + 1, 1, i + 1, 2), "s", gpu, "decode", None, engine,
                       {"B": 1, "N": 1, "T": 1, "tp": 1, "ep": 1, "pp": 1, "dp": 1}, 1.0)
-        p = cal.Prepared(row, np.ones(ops), terms, parts, 0.0, 0.0, inputs)
+        p = cal.Prepared(row, np.ones(ops), terms, kind, 0.0, 0.0, inputs)
         row_truth = dict(truth)
         p.row = cal.Row(row.span, "s", gpu, "decode", None, engine, row.point,
                         float(p.estimate(row_truth)))
@@ -174,3 +193,159 @@ def test_every_admitted_measurement_is_at_or_above_its_overlap_floor() -> None:
     for hw in sorted({r.hardware for r in rows}):
         for p in cal.prepare([r for r in rows if r.hardware == hw], hw, path.parent):
             assert p.floor_s <= p.row.step_s, p.row.span
+
+
+def test_llama_8b_decode_b1_estimate_by_hand() -> None:
+    # Eager engine on h100_sxm: effs 0.8 (HBM), 0.7 (math), kernel_latency 4.3 us. At B=1
+    # a linear's one row pads to a 64-row tile: its math takes 64 x 2 FLOPs / (0.7 x 989
+    # TFLOP/s) = 1.85e-13 s per weight, its memory 2 bytes / (0.8 x 3.35 TB/s) = 7.5e-13 s:
+    # every op is memory bound (attention reads 2 KV bytes per 2 FLOPs too), and each op's
+    # kernels x 4.3 us + bytes / 2.68e12 beats its bound max(bytes / 3.35e12, kernels x
+    # 4 us). So the step is kernels x 4.3 us + step bytes / 2.68e12, no collective at tp 1.
+    step = _analysis("llama3_1_8b.arch", "h100_sxm", "decode").evaluate({"B": 1, "N": 4096})["step"]
+    expected = step["kernels"] * 4.3e-6 + step["bytes"] / (0.8 * 3.35e12)
+    assert step["estimate_s"] == pytest.approx(expected, rel=1e-12)
+    assert step["tokens_per_s_estimate"] == pytest.approx(1 / expected, rel=1e-12)
+
+
+def test_no_kernel_latency_b1_estimate_is_the_roofline_over_eff_mem() -> None:
+    # Every op memory bound at B=1 (above), so with no launch floor, no kernel latency
+    # and eff_mem 0.5 the estimate is exactly twice the roofline (step bytes / mem_bw).
+    a = _analysis("llama3_1_8b.arch", "h100_sxm", "decode")
+    step = a.evaluate({"B": 1, "N": 4096, "launch_overhead": 0, "kernel_latency": 0,
+                       "eff_mem": 0.5})["step"]
+    assert step["estimate_s"] == pytest.approx(2 * step["roofline_s"], rel=1e-12)
+
+
+def test_ideal_parameters_give_the_launch_floored_time() -> None:
+    # Efficiencies 1, no kernel latency and B = 64 (whole tiles): each op's estimate is
+    # max(time_s, max(compute, memory)) = time_s.
+    a = _analysis("llama3_1_8b.arch", "h100_sxm", "decode")
+    step = a.evaluate({"B": 64, "N": 1024, "eff_mem": 1, "eff_flops": 1, "eff_link": 1,
+                       "eff_attn": 1, "kernel_latency": 0})["step"]
+    assert step["estimate_s"] == pytest.approx(step["time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("name, value", [("eff_mem", 0), ("eff_mem", 1.5), ("eff_attn", -0.2),
+                                         ("kernel_latency", -1e-6)])
+def test_estimate_parameters_out_of_range_are_refused(name: str, value: float) -> None:
+    a = _analysis("llama3_1_8b.arch", "h100_sxm", "decode")
+    with pytest.raises(SpecError, match=rf"{name}: the value must be"):
+        a.evaluate({name: value})
+
+
+def test_eff_in_a_hardware_file_is_checked(tmp_path: Path) -> None:
+    hw = tmp_path / "slow.arch"
+    hw.write_text('hardware slow "x" {\n  mem_capacity = 80 GB; mem_bw = 3 TB/s\n'
+                  '  launch_overhead = 4 us; eff_mem = 1.2\n}\n')
+    with pytest.raises(SpecError, match=r"'eff_mem' must be in \(0, 1\]"):
+        analyze(LLAMA8, hw=str(hw))
+
+
+def test_estimate_fields_in_a_hardware_file_are_used(tmp_path: Path) -> None:
+    # eff_mem 0.25, no launch floor, no kernel latency: 4x the roofline at B = 1.
+    hw = tmp_path / "fast.arch"
+    hw.write_text('hardware fast "x" {\n  mem_capacity = 80 GB; mem_bw = 3.35 TB/s\n'
+                  '  flops_bf16 = 989 TFLOP/s; launch_overhead = 0 us; eff_mem = 0.25\n'
+                  '  kernel_latency = 0 us\n}\n')
+    step = analyze(LLAMA8, hw=str(hw)).evaluate({"B": 1})["step"]
+    assert step["estimate_s"] == pytest.approx(4 * step["roofline_s"], rel=1e-12)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(model=st.sampled_from([m.name for m in MODELS]), hw=st.sampled_from(HARDWARE),
+       phase=st.sampled_from(("decode", "prefill")), b=st.integers(1, 512),
+       n=st.integers(1, 32768), tp=st.sampled_from((1, 2, 4, 8)),
+       effs=st.tuples(*(st.floats(0.05, 1.0) for _ in range(4))))
+def test_estimate_is_never_below_the_bound(model, hw, phase, b, n, tp, effs) -> None:
+    a = _analysis(model, hw, phase)
+    point = {"B": b * tp, "N": n, "tp": tp,
+             **dict(zip(("eff_mem", "eff_flops", "eff_link", "eff_attn"), effs))}
+    try:
+        step = a.evaluate(point)["step"]
+    except SpecError:
+        return  # a layout the model refuses (tp must divide its heads, ...)
+    assert step["estimate_s"] >= step["time_s"] * (1 - 1e-12)
+    assert step["time_s"] >= step["roofline_s"] * (1 - 1e-12)
+    # max of the step's sums <= the sum of each op's max: overlap never beats the floor
+    assert step["roofline_s"] >= step["overlap_floor_s"] * (1 - 1e-12)
+    assert step["overlap_floor_s"] == pytest.approx(max(step[k] for k in HARD_KEYS), rel=1e-12)
+    assert step["tokens_per_s_estimate"] <= step["tokens_per_s"] * (1 + 1e-12)
+
+
+def test_measured_ceilings_set_the_default_efficiencies() -> None:
+    # h200_sxm carries mem_bw_measured = 4.3 TB/s beside mem_bw = 4.8 TB/s and
+    # flops_bf16_measured = 790 beside flops_bf16 = 989 TFLOP/s: eff_mem = 4.3 / 4.8 =
+    # 0.8958, eff_flops = 790 / 989 = 0.7988; eff_link has no measured field: 0.8.
+    ins = _analysis("llama3_1_8b.arch", "h200_sxm", "decode").evaluate()["inputs"]
+    assert ins["eff_mem"] == pytest.approx(4.3 / 4.8, rel=1e-12)
+    assert ins["eff_flops"] == pytest.approx(790 / 989, rel=1e-12)
+    assert ins["eff_link"] == 0.8
+
+
+def _serve_engine(use: str):
+    return Serving(_analysis("llama3_1_8b.arch", "h200_sxm", "decode"),
+                   _analysis("llama3_1_8b.arch", "h200_sxm", "prefill"), use=use)
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_serve_uses_the_estimate_or_the_bound(batching: str) -> None:
+    request = Request(2048, 65, 8, batching, 512)
+    bound = serve(_serve_engine("bound"), request, {})
+    estimate = serve(_serve_engine("estimate"), request, {})
+    # --use bound: the metrics are the bound's; the bound column is the same either way.
+    assert bound["tpot_s"] == bound["bound"]["tpot_s"] == estimate["bound"]["tpot_s"]
+    assert estimate["tpot_s"] > bound["tpot_s"] and estimate["ttft_s"] > bound["ttft_s"]
+    # Efficiencies of 1, no launch floor, no kernel or ring-step latency and tiles of one
+    # row in 10^9: the estimate is the bound, mixed steps too (their GEMMs' rows are
+    # fractional means, so a tile pads them by at most 1e-9 rows).
+    ideal = {"eff_mem": 1, "eff_flops": 1, "eff_link": 1, "eff_attn": 1, "launch_overhead": 0,
+             "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9}
+    same = serve(_serve_engine("estimate"), request, ideal)
+    assert same["tpot_s"] == pytest.approx(same["bound"]["tpot_s"], rel=1e-9)
+    assert same["ttft_s"] == pytest.approx(same["bound"]["ttft_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_step_and_request_overheads_reach_serve(batching: str) -> None:
+    # A step overhead of 1 ms lengthens every step: under continuous batching TPOT by
+    # exactly 1 ms (each token one step), TTFT by ttft_steps ms; the request overhead
+    # adds to TTFT once. The bound moves by neither.
+    request = Request(2048, 65, 8, batching, 512)
+    base = serve(_serve_engine("estimate"), request, {})
+    more = serve(_serve_engine("estimate"), request, {"step_overhead": 1e-3, "request_overhead": 0.02})
+    assert more["tpot_s"] - base["tpot_s"] == pytest.approx(1e-3, rel=1e-6)
+    steps = base["schedule"]["ttft_steps"] if batching == "continuous" else 1
+    assert more["ttft_s"] - base["ttft_s"] == pytest.approx(0.02 + steps * 1e-3, rel=1e-6)
+    assert more["bound"] == base["bound"]
+
+
+def test_cli_use_flag(capsys) -> None:
+    from infest.exports.cli.main import main
+    args = ["serve", "llama3_1_8b", "--hw", "h200_sxm", "--isl", "128", "--osl", "9",
+            "--concurrency", "4", "--json"]
+    assert main(args + ["--use", "bound"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["use"] == "bound" and r["tpot_s"] == r["bound"]["tpot_s"]
+    with pytest.raises(SystemExit) as exc:  # bad arguments: argparse's error, exit 1
+        main(args + ["--use", "guess"])
+    assert exc.value.code == 1
+    assert "invalid choice: 'guess'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", ["llama3_1_8b", "qwen3_30b_a3b"])
+def test_a_mixed_step_without_prompt_tokens_is_the_pure_decode_step(spec: str) -> None:
+    # continuous.py combines a mixed step op by op (MIXED_RULES, ESTIMATE_RULES): with an
+    # empty prompt part it must be the forms' own decode step, estimate and bound, for a
+    # dense model (its LM head's rows are the sequences, not the tokens) and an MoE (an
+    # empty part's expert rows are 0, not 0/0).
+    from infest.compiler.analyses.continuous import mixed_step, point_forms
+    a = analyze(spec, hw="h200_sxm")
+    forms = point_forms(a.runner, {i.name: float(i.value) for i in a.runner.inputs({}, checked=False)})
+    for d in (3.0, 30.0, 100.0):
+        pure = forms({"B": np.array(d), "T": np.array(1.0), "N": np.array(1100.0)})
+        empty = forms({"B": np.array(0.0), "T": np.array(0.0), "N": np.array(0.0)})
+        total = forms({"B": np.array(1.0), "T": np.array(d), "N": np.array(0.0)})
+        mixed = mixed_step(a.runner, [pure, empty], total)
+        for key in ("estimate_s", "roofline_s"):
+            assert float(mixed[key]) == pytest.approx(float(pure[f"step.{key}"]), rel=1e-12), (d, key)

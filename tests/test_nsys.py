@@ -54,7 +54,7 @@ def test_grid_and_block_columns_found_by_header_text() -> None:
     ("broken_quote.csv", 3, "malformed CSV"),
     ("unquoted_commas.csv", 2, "11 cells where the header has 9"),
     ("fractional_instances.csv", 2, "'Instances' must be a whole number"),
-    ("negative_time.csv", 2, "must be a finite number of at least 0"),
+    ("negative_time.csv", 2, "must be a number from 0 to MAX_CELL_VALUE"),
     ("not_csv.csv", 1, "no header row with"),
     ("nul_byte.csv", 2, "a control character"),
     ("latin1.csv", 2, "not UTF-8 text"),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.api import analyze
+from infest.dsl.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 HW = """
@@ -264,3 +265,55 @@ def test_hybrid_fixture_memory(tmp_path: Path) -> None:
 def test_nsys_names_the_new_kinds(kernel: str, target: str) -> None:
     from infest.compiler.analyses.nsys import default_patterns, match
     assert match(kernel, default_patterns()) == target
+
+
+# ---- the op-kind table: every facet declared in one entry ------------------------------
+
+def test_every_op_kind_declares_every_facet() -> None:
+    from infest.compiler.core.ops import FUSION_FACETS, OPS, PARALLEL_FACETS
+    from infest.compiler.passes.parallel import PARALLEL_RULES
+    for kind, rule in OPS.items():
+        assert rule.parallel in PARALLEL_FACETS and rule.parallel in PARALLEL_RULES, kind
+        assert rule.fusion in FUSION_FACETS, kind
+        assert isinstance(rule.kernels, int) and rule.kernels >= 0, kind
+        assert isinstance(rule.every_token, bool), kind
+        assert rule.doc, kind
+    # The sharding pass has a rule for every facet and no rule beyond them.
+    assert set(PARALLEL_RULES) == set(PARALLEL_FACETS)
+
+
+def test_a_kind_lacking_a_facet_fails_when_the_table_loads() -> None:
+    from infest.compiler.core.ops import OpRule, OPS
+    linear = OPS["linear"]
+    with pytest.raises(TypeError):  # no parallel, fusion or every_token facet
+        OpRule((1, 1), linear.rule, 1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="parallel facet"):
+        OpRule((1, 1), linear.rule, 1, "sideways", "on_chip", False)
+
+
+def test_a_toy_op_kind_is_one_table_entry(tmp_path: Path, monkeypatch) -> None:
+    from infest.compiler.core.ops import OPS, OpRule
+    from infest.compiler.core.cost import Cost
+    from infest.compiler.core.ops import OpOut
+
+    def toy(op):  # 10 FLOPs per element, reads and writes the tensor once (bf16)
+        elements = op.tokens * op.x.width
+        return OpOut(op.x.width, Cost(flops=10 * elements, act_bytes=2 * 2 * elements))
+    monkeypatch.setitem(OPS, "toy", OpRule((1, 1), toy, 3, "elementwise", "on_chip", True,
+                                           doc="a toy"))
+    body = """
+  hidden = 1024
+  policy full { split embedding, mlp over tp }
+  x = embed(tokens, 1000 -> hidden)  group embedding
+  u = linear(x, hidden -> 4096)      group mlp
+  t = toy(u)
+  y = linear(t, 4096 -> hidden)
+"""
+    r = analysis(tmp_path, body).evaluate({"B": 4, "tp": 2})
+    t = op(r, "t")
+    # Elementwise under tp: the split input (4096 / 2 columns) stays split: 4 tokens x
+    # 2048 x 10 FLOPs = 81,920; bytes 2 x 2 x 4 x 2048 = 32,768; 3 kernels as declared.
+    assert (t["flops"], t["act_bytes"], t["kernels"]) == (81_920, 32_768, 3)
+    # every_token: the kind refuses last_token=1.
+    with pytest.raises(SpecError, match="needs every new token"):
+        analysis(tmp_path, body.replace("t = toy(u)", "t = toy(u, last_token=1)"))

@@ -42,7 +42,8 @@ def test_llama_8b_tp2_reduces_twice_per_layer_and_halves_its_shards() -> None:
     assert m["weights_bytes_per_gpu"] == (2 * 8_030_261_248 - 532_480) / 2 + 532_480
     # 8 KV heads over 2 GPUs: 4 each, half of 131,072 bytes per token, N + T = 4097 tokens.
     assert m["kv_bytes_per_gpu"] == 131_072 / 2 * 4097
-    assert r["parallel"] == {"tp": 2, "ep": 1, "pp": 1, "dp": 1, "gpus": 2, "policy": "full"}
+    assert r["parallel"] == {"tp": 2, "ep": 1, "pp": 1, "dp": 1, "gpus": 2, "policy": "full",
+                             "policy_derived": False}
 
 
 def test_llama_8b_tp2_comm_time_is_alpha_beta_over_nvlink() -> None:
@@ -110,6 +111,23 @@ def test_qwen3_experts_only_reduces_once_per_moe_layer() -> None:
     assert [(o["kind"], o["count"], o["bytes"]) for o in r["ops"]
             if o["kind"] in ("all_reduce", "all_gather", "all_to_all")] == [
         ("all_reduce", 48, 4096)]
+
+
+def test_qwen3_tp8_without_expert_parallelism_has_no_all_to_all() -> None:
+    # ep = 1 under policy full (`by all_to_all`): no expert parallelism, as vLLM runs it
+    # without --enable-expert-parallel: every expert split 8 ways, tokens replicated, one
+    # all-reduce per MoE layer. 48 attention + 48 MoE all-reduces + 1 embedding = 97, each
+    # B*T x hidden x 2 bytes = 8 x 2048 x 2 = 32,768; the logits gathered once.
+    r = analyze(QWEN, hw="h200_sxm").evaluate({"tp": 8, "ep": 1, "B": 8})
+    assert _calls(r, "all_to_all") == 0
+    assert _calls(r, "all_reduce") == 48 + 48 + 1
+    assert {o["bytes"] for o in r["ops"] if o["kind"] == "all_reduce"} == {32_768}
+    assert _calls(r, "all_gather") == 1 and r["step"]["collectives"] == 98
+    # ep = 8: dispatch and combine over the 8 GPUs and a token all-gather per MoE layer
+    # replace the MoE all-reduce: 49 all-reduces, 96 all-to-alls, 48 + 1 all-gathers.
+    r8 = analyze(QWEN, hw="h200_sxm").evaluate({"tp": 8, "ep": 8, "B": 8})
+    assert (_calls(r8, "all_reduce"), _calls(r8, "all_to_all"), _calls(r8, "all_gather")) == (
+        49, 96, 49)
 
 
 def test_deepseek_experts_only_communicates_in_moe_layers_only() -> None:
@@ -223,3 +241,37 @@ def test_imported_specs_declare_the_shipped_policies(tmp_path: Path) -> None:
     r = a.evaluate({"tp": 4, "ep": 4})
     assert [(o["kind"], o["count"], o["bytes"]) for o in r["ops"] if o["kind"] != "linear"
             and o["kind"].startswith("all")] == [("all_reduce", 48, 4096)]
+
+
+def test_a_spec_without_a_policy_gets_full_from_its_group_names(tmp_path: Path, capsys) -> None:
+    # Llama 3.1 8B with its policy line removed: the derived `full` splits embedding,
+    # attention, mlp and lm_head over tp exactly as the shipped policy does.
+    spec = tmp_path / "llama.arch"
+    spec.write_text("\n".join(line for line in LLAMA8.read_text().splitlines()
+                              if "policy" not in line))
+    r = analyze(spec, hw="h100_sxm").evaluate({"tp": 2})
+    # Weights halved but for the 65 norm vectors (532,480 bytes, as above); 64 layer
+    # all-reduces + 1 embedding all-reduce + 1 logits all-gather = 66 collectives.
+    assert r["memory"]["weights_bytes_per_gpu"] == (2 * 8_030_261_248 - 532_480) / 2 + 532_480
+    assert r["step"]["collectives"] == 66
+    assert r["parallel"]["policy"] == "full" and r["parallel"]["policy_derived"] is True
+    assert main(["eval", str(spec), "--hw", "h100_sxm", "--set", "tp=2"]) == 0
+    assert "policy full (derived from group names)" in capsys.readouterr().out
+
+
+def test_no_policy_and_an_unknown_weight_group_refuses_tp(tmp_path: Path) -> None:
+    spec = tmp_path / "m.arch"
+    spec.write_text("""model m {
+  hidden = 1024
+  x = embed(tokens, 1000 -> hidden)  group embedding
+  u = linear(x, hidden -> 4096)      group ffn
+  y = linear(u, 4096 -> hidden)
+}
+""")
+    a = analyze(spec, hw="h100_sxm")
+    assert a.evaluate({})["step"]["collectives"] == 0  # one GPU: nothing to place
+    with pytest.raises(SpecError) as err:
+        a.evaluate({"tp": 2})
+    text = str(err.value)
+    # Located at the group's first weight-bearing op, naming the missing policy block.
+    assert "m.arch:4:" in text and "group 'ffn'" in text and "policy" in text

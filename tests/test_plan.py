@@ -92,21 +92,30 @@ def test_disaggregated_pools_match_their_steps() -> None:
     r = disaggregate({"full": engine}, d, {})
     pre, dec = r["prefill"], r["decode"]
     lay = lambda c: {k: c[k] for k in ("tp", "ep", "pp", "dp")}  # noqa: E731
-    # Prefill pool: TTFT = one prefill step of `batch` prompts of 2048 tokens, within 0.3 s.
+    # Prefill pool: TTFT = one prefill step of `batch` prompts of 2048 tokens + the move of
+    # one request's KV cache to the decode pool, within 0.3 s.
     t_p = engine.prefill.evaluate({**lay(pre), "B": pre["batch_per_replica"], "N": 2048})
-    assert pre["ttft_s"] == pytest.approx(t_p["step"]["estimate_s"], rel=1e-12)
+    assert pre["prefill_s"] == pytest.approx(t_p["step"]["estimate_s"], rel=1e-12)
+    # Llama 3.1 8B: 32 layers x 8 KV heads x 128 x 2 (K and V) x 2 B = 131,072 B a token;
+    # a GPU holds 1 / (min(tp, 8) x pp) of it; the larger share of the two pools moves over
+    # NVLink (450 GB/s x eff_link 0.8, 5 us) when a replica of each fits one 8-GPU node.
+    share = max(1 / (min(c["tp"], 8) * c["pp"]) for c in (pre, dec))
+    n = lambda c: c["tp"] * c["pp"] * c["dp"]  # noqa: E731
+    bw, lat = (450e9 * 0.8, 5e-6) if n(pre) + n(dec) <= 8 else (50e9 * 0.8, 10e-6)
+    move = lat + 2048 * 131072 * share / bw
+    assert r["kv_transfer"]["time_s"] == pytest.approx(move, rel=1e-12)
+    assert pre["ttft_s"] == pytest.approx(t_p["step"]["estimate_s"] + move, rel=1e-12)
     assert pre["ttft_s"] <= 0.3
     # Decode pool: TPOT = serve's static TPOT at the carried concurrency, within 20 ms;
     # every user's slot lives there: ceil(64 / C) replicas.
-    s = serve(engine, Request(2048, 64, dec["batch_per_replica"]), lay(dec))
+    s = serve(engine, Request(2048, 64, dec["batch_per_replica"], "static"), lay(dec))
     assert dec["tpot_s"] == pytest.approx(s["tpot_s"], rel=1e-12)
     assert dec["tpot_s"] <= 0.02
     assert dec["replicas"] == -(-64 // dec["concurrency_per_replica"])
     # Prompts arrive at 64 / E2E, E2E = t_p + 63 x TPOT; replicas = ceil(arrival x t_p / batch).
     arrival = 64 / (pre["ttft_s"] + 63 * dec["tpot_s"])
     assert r["arrival_rps"] == pytest.approx(arrival, rel=1e-12)
-    assert pre["replicas"] == math.ceil(arrival * pre["ttft_s"] / pre["batch_per_replica"])
-    n = lambda c: c["tp"] * c["pp"] * c["dp"]  # noqa: E731
+    assert pre["replicas"] == math.ceil(arrival * pre["prefill_s"] / pre["batch_per_replica"])
     assert (pre["gpus"], dec["gpus"]) == (pre["replicas"] * n(pre), dec["replicas"] * n(dec))
     assert r["prefill_to_decode"] == pre["gpus"] / dec["gpus"]
     assert r["gpus"] == pre["gpus"] + dec["gpus"] <= 8
@@ -118,3 +127,55 @@ def test_disaggregation_names_the_ttft_limit_it_cannot_meet() -> None:
     # 4 ms, so 1 us is out of reach.
     with pytest.raises(SpecError, match=r"no layout meets --ttft-max 1 us: the best is"):
         disaggregate({"full": _engine()}, Demand(2048, 16, users=4, ttft_max=1e-6, gpus_max=8), {})
+
+
+def test_plan_json_says_what_it_answered_and_lists_near_the_best(capsys) -> None:
+    import json
+    from infest.exports.cli.main import main
+    assert main(["plan", str(LLAMA8), "--hw", "h200_sxm", "--isl", "2000", "--osl", "200",
+                 "--users", "100", "--tpot-max", "30ms", "--ttft-max", "1s", "--engine",
+                 "graphs", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    q = r["request"]
+    assert (q["model"], q["hardware"], q["isl"], q["osl"], q["users"]) == (
+        "llama3_1_8b", "h200_sxm", 2000, 200, 100)
+    assert (q["tpot_max_s"], q["ttft_max_s"]) == (0.03, 1.0)       # limits in seconds
+    assert (q["batching"], q["engine"], q["use"], q["chunk"]) == ("continuous", "graphs",
+                                                                  "estimate", 2048)
+    assert q["policies"] == ["full"] and r["batching"] == "continuous"
+    # Listed: up to max(--gpus-max (none), 4 x the best's GPUs); the front drawn from those.
+    limit = 4 * r["best"]["gpus"]
+    assert max(c["gpus"] for c in r["candidates"]) <= limit
+    assert all(p in r["candidates"] for p in r["pareto"])
+    # The best is on the front, or a front point beats it on both rates.
+    over = r["best_dominated_by"]
+    assert (r["best"] in r["pareto"]) if over is None else (
+        over["tokens_per_s_per_gpu"] >= r["best"]["tokens_per_s_per_gpu"]
+        and over["tokens_per_s_per_user"] >= r["best"]["tokens_per_s_per_user"])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tpot-max", "50"], "--tpot-max 50: a time needs a unit"),
+    (["--ttft-max", "2"], "2ms or 2s?"),
+    (["--tpot-max", "5GB"], "expected a time, got bytes"),
+    (["--rps", "20/min"], "--rps '20/min'"),
+])
+def test_plan_limits_need_units(capsys, flags, message) -> None:
+    from infest.exports.cli.main import main
+    demand = [] if "--rps" in flags else ["--users", "10"]
+    assert main(["plan", str(LLAMA8), "--hw", "h200_sxm", "--isl", "128", "--osl", "16",
+                 *demand, *flags]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_rps_takes_a_bare_number_or_per_second(capsys) -> None:
+    import json
+    from infest.exports.cli.main import main
+    base = ["plan", str(LLAMA8), "--hw", "h200_sxm", "--isl", "128", "--osl", "16",
+            "--gpus-max", "2", "--json", "--rps"]
+    answers = []
+    for rate in ("20", "20/s"):
+        assert main(base + [rate]) == 0
+        answers.append(json.loads(capsys.readouterr().out)["request"]["rps"])
+    assert answers == [20.0, 20.0]

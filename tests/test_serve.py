@@ -4,6 +4,7 @@ Expected values are derived by hand from the step forms `infest eval` already pr
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def test_e2e_is_ttft_plus_osl_minus_one_tpot_exactly(engine: Serving) -> None:
 
 
 def test_static_ttft_is_the_prefill_and_tpot_lies_between_first_and_last_step(engine) -> None:
-    r = serve(engine, Request(2048, 9, 8), {})
+    r = serve(engine, Request(2048, 9, 8, "static"), {})
     # TTFT: the prefill step of 8 prompts of 2048 tokens.
     assert r["ttft_s"] == engine.prefill.evaluate({"B": 8, "N": 2048})["step"]["estimate_s"]
     # OSL 9: decode steps at N = 2048 .. 2055 (8 of them), all averaged.
@@ -46,28 +47,18 @@ def test_static_ttft_is_the_prefill_and_tpot_lies_between_first_and_last_step(en
     assert r["gpus"] == 1 and r["fits"]
 
 
-def test_chunked_prefill_worked_by_hand(engine: Serving) -> None:
-    # ISL 1000, chunk 256: P = ceil(1000 / 256) = 4 chunks of 256, 256, 256, 232 tokens
-    # against 0, 256, 512, 768 cached. C = 4 requests finish every OSL - 1 = 49 steps, so
-    # 4 x 4 = 16 of every 49 steps carry a chunk; the other 33 are pure decode steps at
-    # B = 4, N = 1000 + (50 - 2) / 2 = 1024.
-    # Llama 3.1 8B on one H200 is weight-bound at these sizes; a mixed step reads the
-    # weights once, so it costs at least a pure decode step and less than decode + chunk.
-    r = serve(engine, Request(1000, 50, 4, "continuous", 256), {})
-    assert (r["chunks"], r["chunk_steps"]) == (4, 16)
-    pure = _step(engine, B=4, N=1024)
-    chunk0 = _step(engine, B=1, T=256, N=768)  # a step with only the largest-context chunk
-    mixed_total = r["ttft_s"]  # TTFT = the 4 mixed steps of one prompt
-    assert 4 * pure < mixed_total < 4 * (pure + chunk0)
-    # TPOT = (16 x mean mixed + 33 x pure) / 49
-    assert r["tpot_s"] == pytest.approx((16 * mixed_total / 4 + 33 * pure) / 49, rel=1e-12)
-
-
-def test_a_chunk_that_cannot_keep_up_says_what_would(engine: Serving) -> None:
-    # 64 requests finish every 99 steps; a prompt of 8192 in chunks of 512 needs 16 steps:
-    # 64 x 16 > 99. At most floor(99 / 64) = 1 chunk step per prompt: chunk >= 8192.
-    with pytest.raises(SpecError, match="at least 8192"):
-        serve(engine, Request(8192, 100, 64, "continuous", 512), {})
+def test_continuous_is_the_default_and_static_stays(engine: Serving, capsys) -> None:
+    assert Request(1000, 50, 4).batching == "continuous"
+    static = serve(engine, Request(1000, 50, 4, "static"), {})
+    # Static: TTFT is one prefill step of all 4 prompts (test above); continuous with the
+    # 2048-token budget prefills one prompt beside 3 decoders, which is cheaper.
+    assert serve(engine, Request(1000, 50, 4), {})["ttft_s"] < static["ttft_s"]
+    base = ["serve", str(LLAMA8), "--hw", "h200_sxm", "--isl", "1000", "--osl", "50",
+            "--concurrency", "4", "--json"]
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["batching"] == "continuous"
+    assert main(base + ["--batching", "static", "--chunk", "512"]) == 1
+    assert "--chunk is the continuous token budget" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -92,13 +83,14 @@ def test_bad_requests_are_one_line_errors(args, message, capsys) -> None:
 
 
 def test_serve_json_keys(capsys) -> None:
-    import json
     assert main(["serve", str(LLAMA8), "--hw", "h200_sxm", "--isl", "128", "--osl", "16",
                  "--concurrency", "2", "--set", "tp=2", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    for key in ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gpu",
-                "tokens_per_s_per_user", "requests_per_s", "gpus", "fits"):
+    for key in ("batching", "ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                "tokens_per_s_per_user", "requests_per_s", "gpus", "fits", "ttft_p90_s",
+                "ttft_p99_s", "tpot_p90_s", "tpot_p99_s", "saturated", "bound"):
         assert key in r
+    assert r["ttft_p90_s"] is None and r["saturated"] is False  # means only, closed loop
     assert r["gpus"] == 2  # tp = 2: 2 GPUs
     assert r["tokens_per_s_per_gpu"] == r["tokens_per_s"] / 2
 
@@ -121,7 +113,7 @@ def test_speculative_serve_worked_by_hand() -> None:
     from infest.compiler.analyses.speculative import Draft, tokens_per_round
     target = Serving(*(analyze(LLAMA70, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
     small = Serving(*(analyze(LLAMA8, hw="h200_sxm", phase=p) for p in ("decode", "prefill")))
-    r = serve(target, Request(2048, 9, 8), {"tp": 4}, Draft(small, 4, 0.8))
+    r = serve(target, Request(2048, 9, 8, "static"), {"tp": 4}, Draft(small, 4, 0.8))
     # OSL 9: rounds at contexts N = 2048 .. 2055; a round = 4 draft steps (8B, T = 1) + one
     # 70B step over T = 5 tokens, both at B = 8 on the same tp = 4 GPUs.
     rounds = [4 * small.decode.evaluate({"B": 8, "N": n, "tp": 4})["step"]["estimate_s"]
@@ -146,7 +138,6 @@ def test_speculative_serve_worked_by_hand() -> None:
     (["--acceptance", "-0.1"], "--acceptance -0.1"),
     (["--acceptance", "0.5", "--draft-len", "0"], "--draft-len 0"),
     ([], "--draft needs --acceptance"),
-    (["--acceptance", "0.5", "--batching", "continuous"], "--draft works with --batching static"),
 ])
 def test_bad_speculation_is_a_one_line_error(extra, message, capsys) -> None:
     argv = ["serve", str(LLAMA8), "--hw", "h200_sxm", "--isl", "128", "--osl", "16",
@@ -170,13 +161,14 @@ def test_a_request_beyond_the_trained_context_is_refused(capsys, verb):
            "131,073 tokens; the model was trained for 131,072" in err
 
 
-def test_dp_that_does_not_divide_c_costs_the_busiest_rank(engine: Serving) -> None:
-    """C = 5 over dp = 2: the busier rank holds ceil(5 / 2) = 3 sequences, so every step
-    is the step of B = 3 x 2 = 6 (as `plan` evaluates it); the output counts 5 requests:
-    tokens/s = 5 x OSL / E2E. (At the default B = 1, dp = 2 fails the model's own check
-    that dp divides B: serve checks at the batch it serves.)"""
-    five = serve(engine, Request(1024, 64, 5), {"dp": 2})
-    six = serve(engine, Request(1024, 64, 6), {"dp": 2})
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_dp_that_does_not_divide_c_costs_the_busiest_rank(engine: Serving, batching: str) -> None:
+    """C = 5 over dp = 2: the busier rank holds ceil(5 / 2) = 3 requests, so every step
+    is costed as with 3 on each rank (B = 6, as `plan` evaluates it), either batching;
+    the output counts 5 requests: tokens/s = 5 x OSL / E2E. (At the default B = 1, dp = 2
+    fails the model's own check that dp divides B: serve checks at the batch it serves.)"""
+    five = serve(engine, Request(1024, 64, 5, batching), {"dp": 2})
+    six = serve(engine, Request(1024, 64, 6, batching), {"dp": 2})
     assert (five["ttft_s"], five["tpot_s"]) == (six["ttft_s"], six["tpot_s"])
     assert five["tokens_per_s"] == pytest.approx(5 * 64 / five["e2e_s"], rel=1e-12)
     assert six["tokens_per_s"] == pytest.approx(6 * 64 / six["e2e_s"], rel=1e-12)

@@ -6,7 +6,7 @@ MEASUREMENTS.csv has a header row and one row per measurement:
     hardware   the hardware it was measured on (only rows of the --hw hardware are fitted)
     tp, ep, pp, dp   the layout (empty: 1)
     policy     a sharding policy the spec declares (empty: its default)
-    engine     eager or graphs (empty: eager)
+    engine     an engine profile: eager, graphs, vllm, sglang, trtllm, ... (empty: eager)
     phase      decode or prefill (empty: decode)
     B, N, T    global batch, cached context (prefill: prompt length), new tokens per
                sequence (empty: 1; empty in prefill, where T is the prompt)
@@ -17,10 +17,10 @@ MEASUREMENTS.csv has a header row and one row per measurement:
     measured   the measured quantity in seconds (empty: step_s)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
-the sum over ops of count x max over time terms of term / its efficiency
-(compiler/core/terms.py `derated`, the form compiler/forms/model.py compiles), so once each row's
-per-op terms are evaluated (one call of the generated code per row) the estimate at any
-efficiencies is a few numpy operations. The fit minimises the sum over rows of
+the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
+compiler/forms/estimate.py compiles) plus the step overhead, so once each row's per-op
+pieces are evaluated (one call of the generated code per row) the estimate at any
+parameters is a few numpy operations. The fit minimises the sum over rows of
 (ln estimate - ln measured)^2 with each efficiency in [EFF_MIN, 1]: a coordinate search
 on a log grid whose window halves every round. An efficiency no row's estimate depends
 on (eff_link without collectives) keeps its starting value and is reported as unfitted.
@@ -30,28 +30,37 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from infest.compiler.load.estimate_fields import ESTIMATE_DEFAULTS
+from infest.compiler.core.estimate_rule import ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate
+from infest.compiler.core.keys import PARALLEL
+from infest.compiler.core.terms import TIME_TERMS
+from infest.compiler.load.fields import ESTIMATE_DEFAULTS
 from infest.compiler.load.hardware import CompiledHardware, efficiencies
-from infest.compiler.core.terms import TIME_TERMS, derated
-from infest.dsl.errors import Span, fail
+from infest.dsl.errors import Span, fail, printable, source_lines
 
 MAX_CSV_BYTES = 1 << 20      # a measurements file; thousands of rows fit in far less
 MAX_ROWS = 2000              # measurements per file (each row is one evaluation)
+MAX_CELL_CHARS = 1000        # one cell (a spec path is the longest real one)
+MAX_LINE_CHARS = 8000        # one line (bench/measurements.csv's longest, with notes: 517)
+# A measured step: a kernel launch is ~1 us, no step takes days; outside these a value is
+# a unit slip, and 1e-320 (a subnormal) would make every relative error infinite.
+MIN_STEP_S, MAX_STEP_S = 1e-7, 1e5
+_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
 EFF_MIN = 0.02               # the lowest efficiency the search tries (50x below datasheet)
 GRID = 41                    # candidates per coefficient per round
 ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
 FITTED = tuple(t.eff for t in TIME_TERMS if t.eff)
-# Every parameter the estimate reads besides the time terms (Prepared.estimate).
-ESTIMATE_PARAMS = tuple(dict.fromkeys(FITTED + tuple(ESTIMATE_DEFAULTS)))
+# Every parameter the estimate reads (compiler/load/fields.py ESTIMATE_DEFAULTS).
+ESTIMATE_PARAMS = tuple(ESTIMATE_DEFAULTS)
 REQUIRED = ("spec", "hardware", "B", "N")
 QUANTITIES = {"step_s": None, "tpot_s": "decode", "ttft_s": "prefill"}  # and the phase each needs
-LAYOUT = ("tp", "ep", "pp", "dp")
+LAYOUT = PARALLEL
 
 
 @dataclass(frozen=True)
@@ -69,36 +78,28 @@ class Row:
     text: dict[str, str] = field(default_factory=dict)   # every column as written
 
 
-PARTS = ("scale", "attn", "comm_fixed", "comm_steps")   # compiler/forms/estimate.py op_parts
-
-
 @dataclass
 class Prepared:
-    """A row evaluated once: per-op counts, time terms and estimate parts, its bound
-    (roofline_s), its overlap floor and the inputs it was evaluated at."""
+    """A row evaluated once: per-op counts and what the estimate reads of each op
+    (compiler/core/estimate_rule.py), its serial-kernel bound (roofline), its overlap
+    floor (the hard one: no engine beats it) and the inputs it was evaluated at."""
 
     row: Row
     count: np.ndarray
-    terms: dict[str, np.ndarray]     # t_*_s and time_s and kernels, per op
-    parts: dict[str, np.ndarray]     # PARTS, per op
+    ops: dict[str, np.ndarray]       # ESTIMATE_OP_KEYS, per op
+    kind: Kind                       # per op (0/1 arrays): attention, collective, GEMM
     bound_s: float
     floor_s: float
     inputs: dict[str, float]
 
     def estimate(self, params: Mapping[str, Any]) -> Any:
-        """The row's estimate (compiler/forms/estimate.py) at these parameters (scalars or
-        arrays that broadcast; others at the row's inputs), plus the per-request overhead
-        for a TTFT row."""
+        """The row's estimate (compiler/core/estimate_rule.py) at these parameters
+        (scalars or arrays that broadcast; others at the row's inputs), plus the per-step
+        overhead, plus the per-request overhead for a TTFT row."""
         v = {**self.inputs, **params}
-        t, p = self.terms, self.parts
         col = {k: np.asarray(v[k], float)[..., None] for k in ESTIMATE_PARAMS}
-        eff = np.where(p["attn"] > 0, col["eff_attn"], col["eff_flops"])
-        work = np.maximum(t["t_compute_s"] * p["scale"] / eff, t["t_memory_s"] / col["eff_mem"])
-        comm = p["comm_fixed"] + p["comm_steps"] * col["coll_step_latency"] + \
-            (t["t_comm_s"] - p["comm_fixed"]) / col["eff_link"]
-        kernels = np.where(p["comm_steps"] > 0, 0.0, t["kernels"]) * col["kernel_latency"]
-        serial = kernels + work + comm + t["t_host_s"] / col["eff_link"]
-        step = np.sum(self.count * np.maximum(t["time_s"], serial), axis=-1)
+        each = op_estimate(self.ops, col, self.kind, NUMERIC)
+        step = np.sum(self.count * each, axis=-1)
         extra = col["step_overhead"][..., 0]
         if quantity(self.row) == "ttft_s":
             extra = extra + col["request_overhead"][..., 0]
@@ -107,8 +108,9 @@ class Prepared:
 
 def read_measurements(path: Path) -> list[Row]:
     """Every row of a measurements CSV, checked (a SpecError names the line)."""
-    from infest.compiler.load.loader import read_text
-    text = read_text(path, limit=MAX_CSV_BYTES)
+    from infest.compiler.load.files import read_text
+    text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES")
+    _check_lines(text, path)
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED if c not in header]
@@ -117,14 +119,37 @@ def read_measurements(path: Path) -> list[Row]:
         raise fail(Span(str(path), 1, 1, 1, 2), f"measurements lack the column(s) {', '.join(missing)}",
                    f"the header needs at least: {', '.join(REQUIRED)} and step_s (or measured)")
     rows = []
-    for record in reader:
-        if len(rows) >= MAX_ROWS:
-            raise fail(Span(str(path), reader.line_num, 1, reader.line_num, 2),
-                       f"more than {MAX_ROWS} measurements (MAX_ROWS)", "split the file")
-        rows.append(_row(record, Span(str(path), reader.line_num, 1, reader.line_num, 2)))
+    try:
+        for record in reader:
+            span = Span(str(path), reader.line_num, 1, reader.line_num, 2)
+            if len(rows) >= MAX_ROWS:
+                raise fail(span, f"more than {MAX_ROWS} measurements (MAX_ROWS)", "split the file")
+            _check_cells(record, span)
+            rows.append(_row(record, span))
+    except csv.Error as exc:
+        raise fail(Span(str(path), reader.line_num, 1, reader.line_num, 2),
+                   f"malformed CSV: {exc}", "a cell with commas or quotes must be quoted") from None
     if not rows:
         raise fail(Span(str(path), 1, 1, 1, 2), "no measurements", "add one row per measured step")
     return rows
+
+
+def _check_lines(text: str, path: Path) -> None:
+    """No line longer than MAX_LINE_CHARS, located, before the CSV reader sees it (its own
+    field limit would fail without a line)."""
+    for number, line in enumerate(source_lines(text), start=1):
+        if len(line) > MAX_LINE_CHARS:
+            raise fail(Span(str(path), number, 1, number, 2),
+                       f"a line longer than MAX_LINE_CHARS = {MAX_LINE_CHARS}",
+                       f"cells hold at most MAX_CELL_CHARS = {MAX_CELL_CHARS} characters")
+
+
+def _check_cells(record: Mapping[str | None, Any], span: Span) -> None:
+    """No cell longer than MAX_CELL_CHARS (before any is parsed)."""
+    for value in record.values():
+        cells = value if isinstance(value, list) else [value]  # extra cells: a list
+        if any(isinstance(c, str) and len(c) > MAX_CELL_CHARS for c in cells):
+            raise fail(span, f"a cell is longer than MAX_CELL_CHARS = {MAX_CELL_CHARS}")
 
 
 def _row(record: Mapping[str, str | None], span: Span) -> Row:
@@ -164,19 +189,27 @@ def _whole(text: Mapping[str, str], key: str, span: Span, default: int | None) -
     raw = text.get(key, "")
     if not raw and default is not None:
         return default
-    if not raw.isdigit() or int(raw) < 1 or int(raw) > 2**40:
+    # ASCII digits only ('²'.isdigit() is True), at most 13 of them, before int() runs
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 13 or not 1 <= int(raw) <= 2**40:
         raise fail(span, f"{key} {raw!r}: expected a whole number from 1 to 2^40")
     return int(raw)
 
 
 def _number(text: Mapping[str, str], key: str, span: Span) -> float:
-    try:
-        value = float(text.get(key, ""))
-    except ValueError:
-        raise fail(span, f"{key} {text.get(key)!r}: expected seconds, e.g. 0.0123") from None
-    if not (math.isfinite(value) and value > 0):
-        raise fail(span, f"{key} {value!r}: a step time is a positive number of seconds")
+    raw = text.get(key, "")
+    if not _DECIMAL.match(raw):  # float() would take '1_0', 'nan', Arabic-Indic digits
+        raise fail(span, f"{key} {raw[:40]!r}: expected seconds as a decimal number, e.g. 0.0123")
+    value = float(raw)
+    if not MIN_STEP_S <= value <= MAX_STEP_S:
+        raise fail(span, f"{key} {raw!r}: a step time is a positive number of seconds from "
+                   f"MIN_STEP_S = {MIN_STEP_S:g} to MAX_STEP_S = {MAX_STEP_S:g}")
     return value
+
+
+def comment_text(text: str) -> str:
+    """Text for a spec comment: every line break and control character escaped, so a
+    file name cannot end the comment and add a line of spec."""
+    return printable(text).replace("\n", "\\n").replace("\r", "\\r")
 
 
 def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
@@ -188,28 +221,13 @@ def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
         spec = base / row.spec if (base / row.spec).exists() else Path(row.spec)
         key = (str(spec), row.phase, row.policy, row.engine)
         if key not in cache:
-            analysis = analyze(spec, hw=hw, phase=row.phase, policy=row.policy, engine=row.engine)
-            cache[key] = (analysis.runner, _parts_function(analysis))
-        out.append(_prepared(row, *cache[key]))
+            cache[key] = analyze(spec, hw=hw, phase=row.phase, policy=row.policy,
+                                 engine=row.engine).runner
+        out.append(_prepared(row, cache[key]))
     return out
 
 
-def _parts_function(analysis) -> Any:
-    """A numpy function of the inputs giving every op's PARTS (compiler/forms/estimate.py),
-    in the phase's variables (prefill: T -> N, an empty cache)."""
-    import sympy
-    from infest.compiler.api import links_of
-    from infest.compiler.core.symbols import N, T
-    from infest.compiler.forms.estimate import op_parts
-    forms, links = analysis.forms, links_of(analysis.hardware)
-    swap = {T: N, N: sympy.Integer(0)} if forms.phase == "prefill" else {}
-    exprs = [op_parts(node, links)[k].xreplace(swap) for node in forms.model.ops for k in PARTS]
-    names = sorted({s.name for e in exprs for s in e.free_symbols})
-    fn = sympy.lambdify([sympy.Symbol(n) for n in names], exprs, modules="numpy")
-    return lambda point: np.array(fn(*(point[n] for n in names)), float).reshape(-1, len(PARTS))
-
-
-def _prepared(row: Row, runner, parts_of) -> Prepared:
+def _prepared(row: Row, runner) -> Prepared:
     from infest.compiler.backend.finite import check_finite
     from infest.dsl.errors import SpecError
     try:
@@ -221,14 +239,14 @@ def _prepared(row: Row, runner, parts_of) -> Prepared:
         raise fail(row.span, f"this measurement cannot be evaluated: {exc.diagnostics[0].message}",
                    exc.diagnostics[0].hint) from None
     n = len(runner.ops)
-    keys = ("count", "time_s", "kernels") + tuple(t.key for t in TIME_TERMS)
-    ops = {k: np.array([float(values[f"ops.{i}.{k}"]) for i in range(n)]) for k in keys}
-    parts = parts_of({**{k: float(v) for k, v in ESTIMATE_DEFAULTS.items()}, **point})
-    step = {k: float(values[f"step.{k}"]) for k in ("t_compute_s", "t_memory_s", "t_comm_s")}
-    floor = float(values["step.overlap_floor_s"]) if "step.overlap_floor_s" in values else max(step.values())
-    inputs = {k: float(point.get(k, ESTIMATE_DEFAULTS.get(k, 1))) for k in ESTIMATE_PARAMS}
-    return Prepared(row, ops.pop("count"), ops, {k: parts[:, j] for j, k in enumerate(PARTS)},
-                    float(values["step.roofline_s"]), floor, inputs)
+    ops = {k: np.array([float(values[f"ops.{i}.{k}"]) for i in range(n)])
+           for k in ("count",) + ESTIMATE_OP_KEYS}
+    kinds = [Kind.of(op.kind, op.collective) for op in runner.ops]
+    kind = Kind(*(np.array([getattr(k, f) for k in kinds], float)
+                  for f in ("attention", "collective", "gemm")))
+    inputs = {k: float(point.get(k, ESTIMATE_DEFAULTS[k])) for k in ESTIMATE_PARAMS}
+    return Prepared(row, ops.pop("count"), ops, kind, float(values["step.roofline_s"]),
+                    float(values["step.overlap_floor_s"]), inputs)
 
 
 def loss(rows: list[Prepared], effs: Mapping[str, Any]) -> Any:
@@ -294,7 +312,7 @@ def summary(errs: list[float]) -> dict[str, float | None]:
 def calibrated_text(hw: CompiledHardware, effs: Mapping[str, float], note: str) -> str:
     """The hardware file's text with the fitted efficiencies: fields it has are rewritten
     in place, others added before the block's closing brace with `note` as a comment."""
-    from infest.compiler.load.loader import read_text
+    from infest.compiler.load.files import read_text
     lines = read_text(Path(hw.file)).split("\n")
     for name, value in effs.items():
         if name in hw.fields:
@@ -306,6 +324,6 @@ def calibrated_text(hw: CompiledHardware, effs: Mapping[str, float], note: str) 
         end = hw.span.line - 1 + next(i for i, l in enumerate(lines[hw.span.line - 1:])
                                       if "}" in l.split("#")[0])
         fields = ";  ".join(f"{k} = {v:.4g}" for k, v in added.items())
-        lines.insert(end, f"  {fields}   # {note}")
+        lines.insert(end, f"  {fields}   # {comment_text(note)}")
     return "\n".join(lines)
 

@@ -9,7 +9,13 @@ kernel, 25% of the SMs):
 - comm: collectives per step x time per call, as a share of the measured step;
 - launch: measured step / kernels per step = time available per kernel;
 - occupancy: thread blocks per launch per op against the SM count; an op that fills a
-  fraction f < 1 of the SMs is modelled as running at f of its rate (time / f).
+  fraction f < 1 of the SMs is modelled as running at f of its rate (its hard time / f;
+  the launch floor does not scale with the grid). Collectives are never candidates.
+
+Each candidate carries the time it claims (`time_s`) and the share of the measured step
+it explains; one whose time exceeds the measured step is falsified by the measurement
+itself and reported as ruled out (share 0), never as binding. `ranking` orders them by
+share.
 
 Then the binding ceiling, the measurement that would falsify it and a prediction for the
 first change, each computed from the model's numbers. Measured counts given by the user
@@ -24,8 +30,11 @@ import sympy
 
 from infest.compiler.analyses.nsys import COMM, GROUP_TARGETS, IGNORE, Kernel, Pattern, match
 from infest.compiler.core.symbols import B, T, sym
+from infest.compiler.core.terms import HARD_KEYS
 
 if TYPE_CHECKING:
+    from infest.compiler.analyses.serve import Serving
+    from infest.compiler.analyses.served import Served
     from infest.compiler.api import Analysis
     from infest.compiler.core.graph import OpNode
     from infest.compiler.backend.runner import Input
@@ -38,6 +47,7 @@ OCCUPANCY_FRACTION = 0.25      # hot ops under 25% of the SMs are flagged
 OCCUPANCY_SHARE = 0.10         # ...and only bind if their modelled excess is 10% of the step
 HOT_SHARE = 0.05               # an op is hot at 5% or more of the bound step
 IDLE_SHARE = 0.5               # GPU idle for half the step (nsys): launch or host bound
+CANDIDATES = ("bandwidth", "comm", "launch", "occupancy")
 TILE = 128                     # GEMM output tile, 128 x 128 (CUTLASS/cuBLAS default on SM80+)
 ATTN_BLOCK_M = 128             # FlashAttention-2 forward: 128 query rows per block
 
@@ -56,6 +66,7 @@ class Measured:
     nsys: list[Kernel] | None = None
     steps: int = 1
     patterns: list[Pattern] = field(default_factory=list)
+    served: "Served | None" = None        # a TPOT measured on a server (step_s is it)
 
 
 def tokens_per_step(result: dict) -> float:
@@ -84,27 +95,46 @@ def default_blocks(op: "OpNode") -> sympy.Expr:
 
 def occupancy(analysis: "Analysis", inputs: list["Input"], result: dict, sms: float,
               step_s: float) -> dict:
-    """Per op blocks vs SMs; hot ops under 25% of the SMs flagged; their modelled excess."""
+    """Per op blocks vs SMs; hot ops under 25% of the SMs flagged; the time they would
+    take at that occupancy and its excess over the model (collectives are not kernels
+    whose grid we model: left out)."""
     point = {sym(i.name): sympy.Rational(i.value.numerator, i.value.denominator)
              for i in inputs}
     bound = result["step"]["time_s"]
     nodes = {node.name: node for node in analysis.forms.model.ops}  # result ops omit idle
-    ops = [_op_occupancy(nodes[op["name"]], op, point, sms, bound) for op in result["ops"]]
+    ops = [_op_occupancy(nodes[op["name"]], op, point, sms, bound) for op in result["ops"]
+           if nodes[op["name"]].comm is None]
     flagged = [o for o in ops if o["flagged"]]
-    excess = sum(o["op_time_s"] * (1 / o["fraction"] - 1) for o in flagged)
-    return {"sms": sms, "ops": ops, "flagged": [o["name"] for o in flagged],
-            "excess_s": excess, "share": excess / step_s,
-            "verdict": "occupancy-limited ops" if flagged else "no hot op under 25% of the SMs"}
+    claimed = sum(o["occupied_s"] for o in flagged)
+    excess = sum(o["occupied_s"] - o["op_time_s"] for o in flagged)
+    out = {"sms": sms, "ops": ops, "flagged": [o["name"] for o in flagged], "excess_s": excess,
+           "verdict": "occupancy-limited ops" if flagged else "no hot op under 25% of the SMs"}
+    out.update(bounded(claimed, step_s, explains=excess))
+    if out["ruled_out"]:
+        out["verdict"] = "ruled out: the flagged ops at that occupancy outlast the step"
+    return out
 
 
 def _op_occupancy(node: "OpNode", op: dict, point: dict, sms: float, bound: float) -> dict:
     blocks = float(default_blocks(node).xreplace(point))
     fraction = min(1.0, blocks / sms)
     op_time = op["time_s"] * op["count"]
+    hard = max(op[k] for k in HARD_KEYS) * op["count"]
     hot = op_time >= HOT_SHARE * bound
+    # at f of the SMs the op's work runs at f of its rate; its launches cost what they cost
+    occupied = max(hard / fraction, op_time) if fraction > 0 else float("inf")
     return {"name": op["name"], "kind": op["kind"], "blocks": blocks, "sms": sms,
-            "fraction": fraction, "op_time_s": op_time, "hot": hot,
+            "fraction": fraction, "op_time_s": op_time, "occupied_s": occupied, "hot": hot,
             "flagged": hot and fraction < OCCUPANCY_FRACTION}
+
+
+def bounded(time_s: float, step_s: float, explains: float | None = None) -> dict:
+    """A candidate's claimed time against the measured step: the share of the step it
+    explains (`explains`, default the time itself), or ruled out when the claim alone
+    outlasts the step (a hypothesis costing more than the step is already falsified)."""
+    out = time_s > step_s
+    part = time_s if explains is None else explains
+    return {"time_s": time_s, "ruled_out": out, "share": 0.0 if out else part / step_s}
 
 
 # ---- the other candidates -----------------------------------------------------------
@@ -116,8 +146,11 @@ def bandwidth(result: dict, step_s: float) -> dict:
     verdict = ("bandwidth bound" if ratio <= BANDWIDTH_BOUND_RATIO else
                "not bandwidth: look elsewhere" if ratio >= BANDWIDTH_OUT_RATIO else
                "partly bandwidth")
-    return {"bound_s": bound, "ceiling_tokens_per_s": tokens_per_step(result) / bound,
-            "ratio": ratio, "share": min(1.0, bound / step_s), "verdict": verdict}
+    out = {"bound_s": bound, "ceiling_tokens_per_s": tokens_per_step(result) / bound,
+           "ratio": ratio, "verdict": verdict, **bounded(bound, step_s)}
+    if out["ruled_out"]:
+        out["verdict"] = "ruled out: the step moves its bytes faster than mem_bw"
+    return out
 
 
 def comm(result: dict, step_s: float, m: Measured) -> dict:
@@ -128,27 +161,33 @@ def comm(result: dict, step_s: float, m: Measured) -> dict:
     per_call = m.collective_time_s if m.collective_time_s is not None else (
         model_time / model_calls if model_calls else 0.0)
     total = calls * per_call
-    share = total / step_s
-    verdict = "not comm" if share < COMM_SHARE else "comm bound"
-    return {"calls": calls, "time_per_call_s": per_call, "total_s": total, "share": share,
-            "measured": m.collectives is not None or m.collective_time_s is not None,
-            "verdict": verdict}
+    out = {"calls": calls, "time_per_call_s": per_call, "total_s": total,
+           "measured": m.collectives is not None or m.collective_time_s is not None,
+           **bounded(total, step_s)}
+    out["verdict"] = ("ruled out: the collectives outlast the step (do they overlap "
+                      "compute?)" if out["ruled_out"] else
+                      "not comm" if out["share"] < COMM_SHARE else "comm bound")
+    return out
 
 
 def launch(result: dict, step_s: float, m: Measured, overhead: float,
            kernels_report: dict | None) -> dict:
-    """Step time / kernels per step: the time each kernel has (launch bound under 10 us)."""
+    """Step time / kernels per step: the time each kernel has (launch bound under 10 us);
+    kernels x launch_overhead (or the idle share nsys saw) is the time launches explain."""
     kernels = m.kernels if m.kernels is not None else (
         kernels_report["kernels_per_step"] if kernels_report else result["step"]["kernels"])
     per_kernel = step_s / kernels
     idle = kernels_report["idle_share"] if kernels_report else 0.0
-    bound = per_kernel < LAUNCH_BOUND_S or idle >= IDLE_SHARE
-    verdict = ("launch bound" if per_kernel < LAUNCH_BOUND_S else
-               "launch or host bound: the GPU idles between kernels" if bound else
-               "not launch bound: the kernels themselves are slow")
-    return {"kernels": kernels, "time_per_kernel_s": per_kernel,
-            "launch_overhead_s": overhead, "share": min(1.0, max(kernels * overhead / step_s, idle)),
-            "fires": bound, "verdict": verdict}
+    short = per_kernel < LAUNCH_BOUND_S
+    out = {"kernels": kernels, "time_per_kernel_s": per_kernel, "launch_overhead_s": overhead,
+           **bounded(max(kernels * overhead, idle * step_s), step_s)}
+    out["fires"] = (short or idle >= IDLE_SHARE) and not out["ruled_out"]
+    out["verdict"] = ("ruled out: that many launches at launch_overhead outlast the step "
+                      "(the engine launches faster: CUDA graphs?)" if out["ruled_out"] else
+                      "launch bound" if short else
+                      "launch or host bound: the GPU idles between kernels" if out["fires"] else
+                      "not launch bound: the kernels themselves are slow")
+    return out
 
 
 # ---- nsys: measured vs bound per target ------------------------------------------------
@@ -202,14 +241,18 @@ def _kernel_json(k: Kernel, steps: int) -> dict:
 # ---- faster than the bound, Amdahl, depth ----------------------------------------------
 
 def faster_than_bound(result: dict, step_s: float, kernels: dict | None) -> dict:
-    """A step faster than the roofline (compute and bytes, no launch floor) is impossible."""
-    roof = result["step"]["roofline_s"]
+    """A step faster than the overlap floor (the step's FLOPs / peak, bytes / mem_bw,
+    collective time, each whole) is impossible; one between it and the serial-kernel
+    roofline is legitimate for an engine that overlaps kernels, and said so."""
+    s = result["step"]
+    floor, roof = s["overlap_floor_s"], s["roofline_s"]
     ops = sorted(result["ops"], key=lambda o: -o["time_s"] * o["count"])[:5]
     evidence = ([r for r in kernels["targets"] if r["ratio"] is not None and r["ratio"] < 1]
                 if kernels else [{"op": o["name"], "bound_s": o["time_s"] * o["count"],
                                   "bound": o["bound"]} for o in ops])
-    return {"flag": step_s < roof, "roofline_s": roof, "ratio": step_s / roof,
-            "below_launch_floor": step_s < result["step"]["time_s"], "evidence": evidence}
+    return {"flag": step_s < floor, "overlap_floor_s": floor, "ratio": step_s / floor,
+            "roofline_s": roof, "below_roofline": step_s < roof,
+            "below_launch_floor": step_s < s["time_s"], "evidence": evidence}
 
 
 def amdahl(gpus: int, speedup: float) -> dict:
@@ -249,18 +292,28 @@ def binding(cands: dict) -> tuple[str, bool]:
     """The binding ceiling, and whether it was found only by elimination.
 
     Within 2x of the bandwidth bound, bandwidth binds. Otherwise the candidate with the
-    largest share of the step among those whose own test fires; when none fires, the
-    GPU is busy (kernels slower than launches), far from bandwidth and not in collectives:
-    its kernels do not fill it, which is occupancy (by elimination).
+    largest share of the step among those whose own test fires and that the measurement
+    does not rule out; when none is left, the GPU is busy (kernels slower than launches),
+    far from bandwidth and not in collectives: the kernels themselves are slow, which the
+    contract names occupancy (by elimination).
     """
-    if cands["bandwidth"]["ratio"] <= BANDWIDTH_BOUND_RATIO:
+    bw = cands["bandwidth"]
+    if bw["ratio"] <= BANDWIDTH_BOUND_RATIO and not bw.get("ruled_out", False):
         return "bandwidth", False
     fires = {"comm": cands["comm"]["share"] >= COMM_SHARE, "launch": cands["launch"]["fires"],
              "occupancy": cands["occupancy"]["share"] >= OCCUPANCY_SHARE}
-    pool = [k for k, on in fires.items() if on]
+    pool = [k for k, on in fires.items() if on and not cands[k].get("ruled_out", False)]
     if not pool:
         return "occupancy", True
     return max(pool, key=lambda k: cands[k]["share"]), False
+
+
+def ranking(cands: dict) -> list[dict]:
+    """The candidates by the share of the measured step each explains, largest first;
+    the ruled-out ones last, with the time that ruled them out."""
+    rows = [{"candidate": k, "time_s": cands[k]["time_s"], "share": cands[k]["share"],
+             "ruled_out": cands[k]["ruled_out"]} for k in CANDIDATES]
+    return sorted(rows, key=lambda r: (r["ruled_out"], -r["share"]))
 
 
 def _kernels_per_layer(result: dict) -> float:
@@ -371,9 +424,28 @@ def _occupancy_falsifier(c: dict, step_s: float) -> str:
             f"(the verdict came by elimination: no other ceiling explains the {duration(step_s)} step).")
 
 
-def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float) -> dict:
-    """Every candidate with its number and verdict, the binding one, falsifier, prediction."""
+def served_point(analysis: "Analysis", overrides: dict, m: Measured,
+                 engine: "Serving | None") -> tuple[dict, dict | None]:
+    """With a served measurement: serve's comparison, and the decode point the candidates
+    are read at (B = the concurrency, N = the request's mean context ISL + (OSL - 2) / 2,
+    rounded down); without one, the overrides as given."""
+    if m.served is None:
+        return overrides, None
+    from fractions import Fraction
+    from infest.compiler.analyses.served import served
+    if engine is None:
+        raise ValueError("a served measurement needs the Serving engine")
+    report = served(engine, m.served, overrides)
+    mean_context = m.served.isl + (m.served.osl - 2) // 2
+    return {**overrides, "B": Fraction(report["concurrency"]), "N": Fraction(mean_context)}, report
+
+
+def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float,
+             engine: "Serving | None" = None) -> dict:
+    """Every candidate with its number and verdict, the binding one, falsifier, prediction
+    (and with a served measurement, serve's comparison under the server's scheduling)."""
     from infest.compiler.analyses.sensitivity import as_json, elasticities
+    overrides, served_report = served_point(analysis, overrides, m, engine)
     inputs = analysis.inputs(overrides)
     result = analysis.evaluate(overrides)
     step_s = m.step_s if m.step_s is not None else tokens_per_step(result) / m.tokens_per_s
@@ -389,7 +461,8 @@ def diagnose(analysis: "Analysis", overrides: dict, m: Measured, sms: float) -> 
     return {"model": result["model"], "hardware": result["hardware"], "phase": result["phase"],
            "inputs": result["inputs"], "bound_s": result["step"]["time_s"],
            "measured": {"step_s": step_s, "tokens_per_s": tokens_per_step(result) / step_s},
-           **c, "faster_than_bound": check["flag"], "bound_check": check,
+           **c, "ranking": ranking(c), "served": served_report,
+           "faster_than_bound": check["flag"], "bound_check": check,
            "amdahl": [amdahl(n, s) for n, s in m.speedups],
            "depth": depth(analysis, overrides, m.depth) if m.depth else None,
            "binding": which, "by_elimination": eliminated,

@@ -18,11 +18,12 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
-import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from infest.dsl.errors import Span, fail, register_source
+from infest.compiler.load.files import read_text
+from infest.dsl.errors import Span, fail, register_source, source_lines
 
 MAX_CSV_BYTES = 64 * 2**20       # a kern_sum of a long capture is a few MB
 MAX_KERNEL_ROWS = 100_000
@@ -31,6 +32,10 @@ MAX_MAPPING_BYTES = 1 * 2**20
 MAX_PATTERNS = 1_000
 MAX_PATTERN_CHARS = 300
 MAX_PREAMBLE_LINES = 200         # lines searched for the header row
+# A kernel's total time (ns) or launches: 1e15 ns is 11 days of kernels; sums of larger
+# numbers lose every small kernel in floating point (totals of 1e300: "GPU idle 0.0%").
+MAX_CELL_VALUE = 1e15
+_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
 
 NAME, TOTAL, INSTANCES = "Name", "Total Time (ns)", "Instances"
 WIDTH = " width"  # the header's cell count, kept beside the column indices
@@ -87,11 +92,8 @@ def _error(path: str, line: int, message: str, hint: str | None = None):
 def read_kern_sum(path: str | Path) -> list[Kernel]:
     """Parse a cuda_gpu_kern_sum CSV into kernels (checked: size, header, every cell)."""
     name = str(path)
-    size = Path(path).stat().st_size
-    if size > MAX_CSV_BYTES:
-        raise fail(None, f"{name}: {size} bytes is over MAX_CSV_BYTES ({MAX_CSV_BYTES})",
-                   "export only the cuda_gpu_kern_sum report")
-    text = _decode(Path(path).read_bytes(), name)
+    text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES",
+                     encoding="utf-8-sig")
     register_source(name, text)
     if not text.strip():
         raise _error(name, 1, "empty file: no cuda_gpu_kern_sum header or rows",
@@ -103,15 +105,6 @@ def read_kern_sum(path: str | Path) -> list[Kernel]:
     if not kernels:
         raise _error(name, rows[header_at][0], "the header is followed by no kernel rows")
     return kernels
-
-
-def _decode(data: bytes, name: str) -> str:
-    """UTF-8 text, a byte-order mark dropped; a bad byte is located by its line."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise _error(name, line, f"not UTF-8 text (byte {exc.start})") from None
 
 
 def _rows(text: str, name: str) -> list[tuple[int, list[str]]]:
@@ -172,14 +165,15 @@ def _kernel(cells: list[str], line: int, columns: dict[str, int], name: str) -> 
 
 
 def _number(cell: str, column: str, line: int, name: str) -> float:
-    """A non-negative finite number."""
+    """A decimal number from 0 to MAX_CELL_VALUE (ASCII digits: float() would also take
+    '1_0', 'nan' or Arabic-Indic digits)."""
     text = cell.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        raise _error(name, line, f"'{column}' is not a number: {cell.strip()!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise _error(name, line, f"'{column}' must be a finite number of at least 0, got {text!r}")
+    if not _DECIMAL.match(text):
+        raise _error(name, line, f"'{column}' is not a number: {text[:40]!r}")
+    value = float(text)
+    if not 0 <= value <= MAX_CELL_VALUE:
+        raise _error(name, line, f"'{column}' must be a number from 0 to MAX_CELL_VALUE = "
+                     f"{MAX_CELL_VALUE:g}, got {text!r}")
     return value
 
 
@@ -202,13 +196,11 @@ def default_patterns() -> list[Pattern]:
 def read_mapping(path: str | Path, targets: set[str]) -> list[Pattern]:
     """A mapping file's patterns; an unknown target or malformed line is located."""
     name = str(path)
-    size = Path(path).stat().st_size
-    if size > MAX_MAPPING_BYTES:
-        raise fail(None, f"{name}: {size} bytes is over MAX_MAPPING_BYTES ({MAX_MAPPING_BYTES})")
-    text = _decode(Path(path).read_bytes(), name)
+    text = read_text(path, limit=MAX_MAPPING_BYTES, limit_name="MAX_MAPPING_BYTES",
+                     encoding="utf-8-sig")
     register_source(name, text)
     patterns = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(source_lines(text), start=1):
         line = raw.split("#", 1)[0].strip()
         if line:
             patterns.append(_pattern(line, number, name, targets))

@@ -17,16 +17,15 @@ CONTEXT_POINTS midpoints of equal slices of that range: ISL + floor((2k + 1)(OSL
 (2 CONTEXT_POINTS)), k = 0 .. CONTEXT_POINTS - 1). B is the batch of the busiest
 data-parallel rank times dp, ceil(C / dp) x dp: C itself when dp divides it.
 
-Continuous batching with chunked prefill (per data-parallel replica, C / dp requests):
-C / dp requests decode in every step at the mean context ISL + (OSL - 2) / 2. A finished
-request's slot takes a new prompt, split into P = ceil(ISL / chunk) chunks, chunk j of
-T_j = min(chunk, ISL - j chunk) tokens against N_j = j chunk cached, one chunk per step
-riding on the decode tokens. In OSL - 1 steps C / dp requests finish, so C / dp x P of
-every OSL - 1 steps carry a chunk (this must not exceed OSL - 1: else the budget cannot
-keep up). TTFT = the P mixed steps of one prompt (no queueing); TPOT = the mean step.
-A mixed step is one forward: per op, FLOPs, activation/KV bytes and the collective
-payload are the decode part's plus the chunk's, the weights are read once (for experts:
-those the step's tokens touch together), launches as the decode step's.
+Continuous batching (the default; compiler/analyses/continuous.py, docs/serving.md): a
+closed loop of C clients per replica (ceil(C / dp) on the busiest data-parallel rank, as
+static batching), every step carrying the decode tokens of the requests generating plus
+up to --chunk - those tokens of prompt tokens, from as many prompts as fit. TTFT = the
+wait for budget behind pending prompts + the prompt's own chunk steps; TPOT = the mean
+step a request decodes through, the steps carrying prompt chunks included.
+
+Throughput, either way: a closed loop of C requests each taking E2E completes C / E2E
+requests per second (Little's law) and C x OSL / E2E output tokens.
 """
 from __future__ import annotations
 
@@ -36,10 +35,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.speculative import Draft, speculate
+from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
+                                                 latencies, point_forms, schedule, step_costs)
+from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
+                                                  speculate, tokens_per_round)
 from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
-from infest.compiler.core.terms import HARD_KEYS, TIME_TERMS, derated
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -48,8 +49,13 @@ if TYPE_CHECKING:
 MAX_TOKENS = 2**24           # ISL, OSL and --chunk: a typo like 1e12 fails before any work
 MAX_CONCURRENCY = 2**20      # requests in flight
 CONTEXT_POINTS = 32          # decode contexts averaged for TPOT (all of them up to this many)
-DEFAULT_CHUNK = 2048         # prefill tokens per step (vLLM's max_num_batched_tokens default)
-BATCHING = ("static", "continuous")
+# Tokens per step, decode tokens included (vLLM's max_num_batched_tokens; its long-standing
+# default, 8192 on some GPUs in newer releases; TRT-LLM's max_num_tokens is 8192).
+DEFAULT_CHUNK = 2048
+BATCHING = ("continuous", "static")
+DEFAULT_BATCHING = "continuous"
+# serve --json keys the queueing model (a later issue) fills; null until a model gives them.
+PERCENTILE_KEYS = ("ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "tpot_p99_s")
 # What a step costs under each --use: the step key serve and plan read.
 USES = {"estimate": "estimate_s", "bound": "roofline_s"}
 DEFAULT_USE = "estimate"
@@ -59,12 +65,14 @@ METRIC_KEYS = ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gp
 
 @dataclass(frozen=True)
 class Request:
-    """A request shape and how many run at once."""
+    """A request shape, its load and how it is scheduled: `concurrency` clients per replica
+    (a closed loop; static: the batch; None with an open loop's rate), `batching` and the
+    token budget `chunk`."""
 
     isl: int
     osl: int
-    concurrency: int
-    batching: str = "static"
+    concurrency: int | None
+    batching: str = DEFAULT_BATCHING
     chunk: int = DEFAULT_CHUNK
 
 
@@ -94,7 +102,8 @@ def check_request(r: Request) -> None:
     _count("--osl", r.osl, 2, MAX_TOKENS, "MAX_TOKENS",
            "TPOT = (E2E - TTFT) / (OSL - 1) needs OSL >= 2; a prompt alone: "
            "`infest eval --phase prefill`")
-    _count("--concurrency", r.concurrency, 1, MAX_CONCURRENCY, "MAX_CONCURRENCY")
+    if r.concurrency is not None:   # None: an open loop (compiler/analyses/serve_open.py)
+        _count("--concurrency", r.concurrency, 1, MAX_CONCURRENCY, "MAX_CONCURRENCY")
     _count("--chunk", r.chunk, 1, MAX_TOKENS, "MAX_TOKENS")
     if r.batching not in BATCHING:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
@@ -139,8 +148,9 @@ def busiest_batch(concurrency: Any, dp: Any) -> Any:
 
 def serve(engine: Serving, request: Request, overrides: Mapping[str, Any],
           draft: Draft | None = None) -> dict[str, Any]:
-    """The serving metrics of a request shape (keys: METRIC_KEYS plus bound/notes); with a
-    draft, speculative decoding (static batching; compiler/analyses/speculative.py)."""
+    """The serving metrics of a request shape (keys: METRIC_KEYS, the percentile keys,
+    saturated, bound, and what the scheduling model found); with a draft, speculative
+    decoding (compiler/analyses/speculative.py)."""
     check_request(request)
     for name in ("B", "N", "T"):
         if name in overrides:
@@ -148,67 +158,70 @@ def serve(engine: Serving, request: Request, overrides: Mapping[str, Any],
     check_context(engine.decode, request.isl, request.osl, overrides)
     if request.batching == "static":
         ttft, tpot, info = _static(engine, request, overrides)
-    elif draft is not None:
-        raise fail(None, "--draft works with --batching static", "drop --batching continuous")
+        if draft is not None:
+            ttft, tpot, info = _speculative(engine, draft, request, overrides, ttft, info)
     else:
-        ttft, tpot, info = _continuous(engine, request, overrides)
-    if draft is not None:
-        ttft, tpot, info = _speculative(engine, draft, request, overrides, ttft, info)
-    ttft = (ttft[0] + _request_overhead(engine, overrides), ttft[1])
+        ttft, tpot, info = _continuous(engine, request, overrides, draft)
+    extra = {k: v for k, v in info.items() if k != "dp"}
     return {**metrics(request, ttft[0], tpot[0], info), "bound": metrics(
-        request, ttft[1], tpot[1], info), **{k: v for k, v in info.items() if k != "dp"}}
+        request, ttft[1], tpot[1], info), "batching": request.batching, **extra}
 
 
 def _speculative(engine: Serving, draft: Draft, r: Request, overrides: Mapping[str, Any],
                  ttft: tuple[float, float], info: dict[str, Any]):
-    """TTFT plus the draft's prefill, TPOT per round; the plain TPOT and break-even kept."""
+    """Static batching: TTFT plus the draft's prefill, TPOT per round; the plain TPOT
+    and break-even kept."""
     spec = speculate(engine, draft, r, decode_contexts(r.isl, r.osl), overrides)
     pair = (spec[engine.key], spec["roofline_s"])
     ttft = tuple(t + s["draft_prefill_s"] for t, s in zip(ttft, pair))
     tpot = tuple(s["tpot_s"] for s in pair)
-    notes = {"draft_len": draft.length, "acceptance": draft.acceptance,
-             "tokens_per_round": spec["tokens_per_round"], **{
-                 k: spec[engine.key][k] for k in ("round_s", "plain_tpot_s", "breakeven_acceptance")}}
+    notes = {**draft_notes(draft), "tokens_per_round": spec["tokens_per_round"], **{
+        k: spec[engine.key][k] for k in ("round_s", "plain_tpot_s", "breakeven_acceptance")}}
     return ttft, tpot, {**info, "fits": spec["fits"], "speculative": notes}
 
 
+def draft_notes(draft: Draft) -> dict[str, Any]:
+    """The draft's length and acceptance (and an MTP draft's modules), as serve reports them."""
+    mtp = {"draft": "mtp", "mtp_modules": draft.modules} if draft.modules else {}
+    return {"draft_len": draft.length, "acceptance": draft.acceptance, **mtp}
+
+
 def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any]) -> dict:
-    """Throughputs from TTFT and TPOT (output tokens only; E2E exactly TTFT + (OSL-1) TPOT)."""
+    """Throughputs from TTFT and TPOT (output tokens only; E2E exactly TTFT + (OSL-1) TPOT):
+    C requests each taking E2E complete C / E2E requests per second (Little's law; a
+    static batch likewise emits C x OSL tokens in one E2E). Means: no percentile yet."""
     c, osl = request.concurrency, request.osl
     e2e = ttft + (osl - 1) * tpot
-    if request.batching == "static":
-        tokens = c * osl / e2e            # a batch of C requests emits C x OSL tokens in E2E
-    else:
-        tokens = c / tpot                 # C requests each emit one token per TPOT
+    tokens = c * osl / e2e
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "tokens_per_s": tokens,
             "tokens_per_s_per_gpu": tokens / info["gpus"], "tokens_per_s_per_user": 1 / tpot,
-            "requests_per_s": tokens / osl, "gpus": info["gpus"], "fits": info["fits"]}
+            "requests_per_s": tokens / osl, "gpus": info["gpus"], "fits": info["fits"],
+            **dict.fromkeys(PERCENTILE_KEYS), "saturated": False}
 
 
-def _request_overhead(engine: Serving, overrides: Mapping[str, Any]) -> float:
-    """The per-request overhead TTFT adds under the estimate (compiler/forms/estimate.py);
-    none under the bound. No form uses it, so it is read from --set or the defaults
-    (hardware, engine profile, compiler/load/estimate_fields.py)."""
-    if engine.key != USES["estimate"]:
-        return 0.0
-    if "request_overhead" in overrides:
-        return float(overrides["request_overhead"])
-    runner = getattr(engine.prefill, "runner", engine.prefill)   # an Analysis or a Runner
-    return float(runner.defaults.get("request_overhead", 0))
+def data_parallel(runner: "Runner", overrides: Mapping[str, Any]) -> float:
+    """dp of the layout (1 unless --set dp=..)."""
+    return layout_degree(runner, overrides, "dp")
+
+
+def layout_degree(runner: "Runner", overrides: Mapping[str, Any], name: str) -> float:
+    """One parallel degree of the layout (tp, ep, pp or dp: 1 unless --set)."""
+    return next((float(i.value) for i in runner.inputs(overrides, checked=False)
+                 if i.name == name), 1.0)
 
 
 def _static(engine: Serving, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, its bound), (TPOT, its bound), info) for static batching."""
-    dp = next((float(i.value) for i in engine.decode.inputs(overrides, checked=False)
-               if i.name == "dp"), 1.0)
-    batch = float(busiest_batch(r.concurrency, dp))
+    batch = float(busiest_batch(r.concurrency, data_parallel(engine.decode, overrides)))
     pre = evaluate(engine.prefill, overrides, {"B": batch, "N": r.isl})
     contexts = decode_contexts(r.isl, r.osl)
     last = float(r.isl + r.osl - 2)   # the last decode step: its cache then holds ISL + OSL - 1
     dec = evaluate(engine.decode, overrides, {"B": batch, "N": last})
     steps = evaluate(engine.decode, overrides, {"B": batch, "N": contexts})
     key = f"step.{engine.key}"
-    ttft = (float(pre[key]), float(pre["step.roofline_s"]))
+    # The estimate's TTFT adds the per-request overhead once (continuous.py `latencies`).
+    request = float(pre["inputs"]["request_overhead"]) if engine.key == "estimate_s" else 0.0
+    ttft = (float(pre[key]) + request, float(pre["step.roofline_s"]))
     tpot = (float(np.mean(steps[key])), float(np.mean(steps["step.roofline_s"])))
     return ttft, tpot, _info(dec)
 
@@ -218,71 +231,81 @@ def _info(values: Mapping[str, Any]) -> dict[str, Any]:
             "dp": int(values["parallel.dp"])}
 
 
-def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any]):
-    """((TTFT, bound), (TPOT, bound), info) for continuous batching with chunked prefill."""
-    last = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": float(r.isl + r.osl - 2)})
-    info = _info(last)
-    dp, chunks = info["dp"], math.ceil(r.isl / r.chunk)
-    _check_budget(r, dp, chunks)
-    starts = np.arange(chunks, dtype=float) * r.chunk
-    sizes = np.minimum(r.chunk, r.isl - starts)
-    mean_ctx = r.isl + (r.osl - 2) / 2
-    dec = evaluate(engine.decode, overrides, {"B": r.concurrency, "N": mean_ctx})
-    pre = evaluate(engine.decode, overrides, {"B": dp, "T": sizes, "N": starts})
-    tot = evaluate(engine.decode, overrides, {"B": dp, "T": r.concurrency / dp + sizes, "N": 0.0})
-    every = mixed_step(engine.decode, dec, pre, tot)
-    mixed = (every[engine.key], every["roofline_s"])
-    pure = (float(dec[f"step.{engine.key}"]), float(dec["step.roofline_s"]))
-    carried = r.concurrency / dp * chunks     # chunk-carrying steps per OSL - 1 steps
-    out = []
-    for m, p in zip(mixed, pure):
-        ttft = float(np.sum(m))
-        per_chunk = float(np.mean(m)) if carried else 0.0
-        out.append((ttft, (carried * per_chunk + (r.osl - 1 - carried) * p) / (r.osl - 1)))
-    return (out[0][0], out[1][0]), (out[0][1], out[1][1]), {**info, "chunks": chunks,
-                                                            "chunk_steps": carried}
+def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
+                draft: Draft | None):
+    """((TTFT, bound), (TPOT, bound), info) under continuous batching, with a draft
+    speculating inside the batch (compiler/analyses/continuous.py)."""
+    dp = data_parallel(engine.decode, overrides)
+    rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
+    info = _info(evaluate(engine.decode, overrides,
+                          {"B": rank * dp, "N": float(r.isl + r.osl - 2)}))
+    # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
+    c = int(clients_per_scheduler(rank, layout_degree(engine.decode, overrides, "pp")))
+    budget = Budget(r.isl, r.osl, r.chunk)
+    plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
+    if draft is None:
+        sched, out = plain
+        return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched)})
+    spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides, rank * dp)
+    sched, out = spec
+    ttft, tpot = _pair(engine, out)
+    round_s = tpot[0] * tpr                    # a mean round: the steps per token x tokens
+    base = plain[1][engine.key][1]
+    notes = {**draft_notes(draft), "tokens_per_round": tpr, "round_s": round_s,
+             "plain_tpot_s": base, "breakeven_acceptance": breakeven(draft.length, round_s / base)}
+    return ttft, tpot, {**info, "fits": info["fits"] and fits, "speculative": notes,
+                        "schedule": schedule_summary(sched)}
 
 
-def _check_budget(r: Request, dp: int, chunks: int) -> None:
-    per_replica = r.concurrency / dp
-    if per_replica * chunks <= r.osl - 1:
-        return
-    most = math.floor((r.osl - 1) / per_replica)   # chunk steps a prompt may take
-    hint = (f"raise --chunk to at least {math.ceil(r.isl / most)}, or lower --concurrency"
-            if most else f"lower --concurrency to at most {(r.osl - 1) * dp}")
-    raise fail(None, f"--chunk {r.chunk} cannot keep up: {per_replica:g} requests per "
-               f"replica finish every {r.osl - 1} steps and each prompt needs {chunks} "
-               f"chunk steps ({per_replica:g} x {chunks} > {r.osl - 1})", hint)
+def _pair(engine: Serving, out: Mapping[str, tuple[float, float]]):
+    """((TTFT at use, at the bound), (TPOT at use, at the bound))."""
+    return ((out[engine.key][0], out["roofline_s"][0]), (out[engine.key][1], out["roofline_s"][1]))
 
 
-# How each time term of a mixed step (decode part + prefill chunk) combines per op.
-_MIXED = {
-    "compute": lambda d, p, t, fix, k: d[k] + p[k],         # FLOPs add
-    "memory": lambda d, p, t, fix, k: d[k] + p[k] + fix,    # bytes add, weights read once
-    "comm": lambda d, p, t, fix, k: t[k],                   # one call over all the tokens
-    "launch": lambda d, p, t, fix, k: d[k],                 # the same kernels
-    "host": lambda d, p, t, fix, k: t[k],                   # misses of the experts all touch
-}
+def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp: float,
+                      overrides: Mapping[str, Any], draft: Draft | None = None):
+    """(schedule, {key: (TTFT, TPOT)}) of c clients on the busiest rank."""
+    base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
+    sched = schedule(c, budget, dec)
+    drafted = None
+    if draft is not None:
+        drafted = point_forms(draft.engine.decode, _draft_base(draft, overrides))
+    costs = step_costs(point_forms(engine.decode, base), engine.decode, c, dp, budget, dec,
+                       sched, drafted, draft.length if draft else 0)
+    out = {}
+    for key in KEYS:
+        ttft, tpot = (float(v) for v in latencies(budget, dec, sched, costs[key]))
+        if not (math.isfinite(ttft) and math.isfinite(tpot)):
+            raise fail(None, f"serve: the step {key} is not finite at this request",
+                       "check the hardware's bandwidths and peaks (`infest eval`)")
+        out[key] = (ttft, tpot)
+    return sched, out
 
 
-def mixed_step(runner: "Runner", dec: Mapping[str, Any], pre: Mapping[str, Any],
-               tot: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """{estimate_s, roofline_s} of one forward carrying the decode point `dec` and the
-    chunk point `pre`; `tot` is the same layout at all their tokens with no cache (its
-    weight bytes are what the step's tokens touch together, its collectives carry them
-    all). The estimate divides each term by its efficiency, as compiler/forms/model.py does."""
-    ins = dec["inputs"]
-    est, roof = 0.0, 0.0
-    for i in range(len(runner.ops)):
-        q = {name: _keyed(src, i) for name, src in (("d", dec), ("p", pre), ("t", tot))}
-        fix = (q["t"]["weight_bytes"] - q["d"]["weight_bytes"] - q["p"]["weight_bytes"]) / ins["mem_bw"]
-        terms = {t.key: _MIXED[t.name](q["d"], q["p"], q["t"], fix, t.key) for t in TIME_TERMS}
-        hard = np.maximum.reduce(np.broadcast_arrays(*(terms[k] for k in HARD_KEYS)))
-        est = est + q["d"]["count"] * np.maximum.reduce(np.broadcast_arrays(*derated(terms, ins)))
-        roof = roof + q["d"]["count"] * hard
-    return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
+def _draft_base(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, float]:
+    """The draft's inputs: its own defaults on the target's layout (MTP: the target's)."""
+    own = draft_overrides(draft, overrides)
+    return {i.name: float(i.value) for i in draft.engine.decode.inputs(own, checked=False)}
 
 
-def _keyed(values: Mapping[str, Any], i: int) -> dict[str, Any]:
-    prefix = f"ops.{i}."
-    return {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}
+def _draft_run(engine: Serving, draft: Draft, budget: Budget, c: int, dp: float,
+               overrides: Mapping[str, Any], batch: float):
+    """(the speculative schedule and costs, tokens per round, both models fit)."""
+    tpr = tokens_per_round(draft.length, draft.acceptance)
+    dec = Decoding(float(draft.length + 1), (budget.osl - 1) / tpr)
+    run = _continuous_costs(engine, budget, dec, c, dp, overrides, draft)
+    last = {"B": batch, "N": float(budget.isl + budget.osl - 2)}   # every micro-batch's KV
+    fits = both_fit(evaluate(engine.decode, overrides, last),
+                    evaluate(draft.engine.decode, draft_overrides(draft, overrides), last),
+                    draft.modules)
+    return run, tpr, fits
+
+
+def schedule_summary(sched: Mapping[str, Any]) -> dict[str, Any]:
+    """What the continuous model found, for the report (per data-parallel rank)."""
+    return {"prompts": "alone" if bool(sched["alone"]) else "shared",
+            "ttft_steps": float(sched["ttft_steps"]),
+            "mixed_steps_per_request": float(sched["mixed_steps"]),
+            "decoders_per_mixed_step": float(sched["mixed_decoders"]),
+            "prompt_parts_per_mixed_step": float(sched["prompts"]),
+            "chunk_tokens": float(sched["chunk"]), "chunks_per_prompt": float(sched["chunks"])}

@@ -35,6 +35,7 @@ MAX_VALUES = 10_000_000      # per axis: a typo like 1..1e12 must fail, not exha
 # Each cell costs ~50 bytes evaluated and ~300 bytes printed (CSV/JSON, built in memory):
 # 2^21 cells stay within a few hundred MB; a bigger grid is refused, not thrashed.
 MAX_CELLS = 2**21
+MIN_GROWTH = 1e-6             # a geometric factor closer to 1 cannot be told from 1 in floats
 CHUNK_CELLS = 2**16          # rows are evaluated this many cells at a time (bounded temporaries)
 _RANGE = re.compile(r"^(?P<a>[^.]+)\.\.(?P<b>[^:]+?)(?::(?P<op>.?)(?P<step>.*))?$")
 
@@ -51,20 +52,24 @@ class Sweep:
     inputs: list[Input]      # every other input, at its value for this sweep
 
 
-def parse_list(text: str, name: str = "B") -> list[int]:
-    """A LIST (`1,8,32`, `a..b`, `a..b:x2`, `a..b:+s`) -> sorted distinct positive ints."""
+def parse_list(text: str, name: str = "B", limit: int = MAX_VALUES,
+               limit_name: str = "MAX_VALUES") -> list[int]:
+    """A LIST (`1,8,32`, `a..b`, `a..b:x2`, `a..b:+s`) -> sorted distinct positive ints;
+    more than `limit` values are refused before any range is built."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
         raise _list_error(name, text, "empty item")
+    limit = min(limit, MAX_VALUES)
     values: set[int] = set()
     for item in items:
-        values.update(_parse_item(item, name))
-        if len(values) > MAX_VALUES:
-            raise _list_error(name, text, f"more than {MAX_VALUES:,} values")
+        values.update(_parse_item(item, name, limit - len(values), limit_name))
+        if len(values) > limit:
+            raise _list_error(name, text, f"more than {limit:,} values ({limit_name})")
     return sorted(values)
 
 
-def _parse_item(item: str, name: str) -> list[int]:
+def _parse_item(item: str, name: str, room: int = MAX_VALUES,
+                limit_name: str = "MAX_VALUES") -> list[int]:
     """One comma-separated item: a single value or a range."""
     match = _RANGE.match(item)
     if not match:
@@ -73,14 +78,14 @@ def _parse_item(item: str, name: str) -> list[int]:
     if lo > hi:
         raise _list_error(name, item, f"the range runs backwards ({lo} > {hi})")
     if match["op"] is None:
-        return _arithmetic(lo, hi, Fraction(1), name, item)
+        return _arithmetic(lo, hi, Fraction(1), name, item, room, limit_name)
     if match["op"] not in ("x", "+"):
         raise _list_error(name, item, f"unknown step {match['op'] + match['step']!r}; "
                                       "use :x2 (geometric) or :+8 (arithmetic)")
     step = _step(match["step"], name, item)
     if match["op"] == "+":
-        return _arithmetic(lo, hi, step, name, item)
-    return _geometric(lo, hi, step, name, item)
+        return _arithmetic(lo, hi, step, name, item, room, limit_name)
+    return _geometric(lo, hi, step, name, item, room, limit_name)
 
 
 def _whole(text: str, name: str) -> int:
@@ -106,21 +111,26 @@ def _step(text: str, name: str, item: str) -> Fraction:
     return step
 
 
-def _arithmetic(lo: int, hi: int, step: Fraction, name: str, item: str) -> list[int]:
+def _arithmetic(lo: int, hi: int, step: Fraction, name: str, item: str,
+                room: int = MAX_VALUES, limit_name: str = "MAX_VALUES") -> list[int]:
     if step.denominator != 1:
         raise _list_error(name, item, "an arithmetic step must be a whole number")
-    if (hi - lo) // int(step) + 1 > MAX_VALUES:
-        raise _list_error(name, item, f"more than {MAX_VALUES:,} values")
+    if (hi - lo) // int(step) + 1 > room:
+        raise _list_error(name, item, f"more than {room:,} values ({limit_name})")
     return list(range(lo, hi + 1, int(step)))
 
 
-def _geometric(lo: int, hi: int, factor: Fraction, name: str, item: str) -> list[int]:
+def _geometric(lo: int, hi: int, factor: Fraction, name: str, item: str,
+               room: int = MAX_VALUES, limit_name: str = "MAX_VALUES") -> list[int]:
     """lo, lo*f, lo*f^2, ... <= hi, each rounded to the nearest integer."""
     if factor <= 1:
         raise _list_error(name, item, "a geometric factor must be greater than 1")
+    if factor < 1 + MIN_GROWTH:  # log(factor) would round to 0 (a division by zero)
+        raise _list_error(name, item, f"a geometric factor must exceed 1 + {MIN_GROWTH:g} "
+                                      "(MIN_GROWTH); for every integer use a..b")
     count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
-    if count > MAX_VALUES:
-        raise _list_error(name, item, f"more than {MAX_VALUES:,} values")
+    if count > room:
+        raise _list_error(name, item, f"more than {room:,} values ({limit_name})")
     if factor.denominator == 1:  # x2, x4, ...: exact integers, the common case
         return [v for v in (lo * int(factor) ** k for k in range(count + 1)) if v <= hi]
     # A fractional factor in floats: exact Fractions would grow without bound in size.
@@ -229,12 +239,13 @@ def within_trained_context(analysis: "Analysis | Runner", overrides: Mapping[str
     return [n for n in Ns if n + new <= limit] or Ns[:1]
 
 
-def parse_over(text: str) -> tuple[str, list[int]]:
+def parse_over(text: str, limit: int = MAX_VALUES, limit_name: str = "MAX_VALUES"
+               ) -> tuple[str, list[int]]:
     """`--over tp=1,2,4,8` -> ("tp", [1, 2, 4, 8]): any whole-numbered input as an axis."""
     name, sep, values = text.partition("=")
     if not sep or not name.strip().isidentifier():
         raise fail(None, f"--over {text!r}: expected NAME=LIST", "e.g. --over tp=1,2,4,8")
-    return name.strip(), parse_list(values, name.strip())
+    return name.strip(), parse_list(values, name.strip(), limit, limit_name)
 
 
 def sweep(analysis: "Analysis | Runner", overrides: Mapping[str, Any], Bs: list[int],

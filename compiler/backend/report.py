@@ -6,14 +6,12 @@ from typing import Any, Mapping, TYPE_CHECKING
 
 import numpy as np
 
-from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS
+from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, PARALLEL_KEYS, STEP_KEYS, key_info
 from infest.compiler.core.terms import BOUND_TERMS, TIME_TERMS
 
 if TYPE_CHECKING:
     from infest.compiler.backend.runner import Input, Runner
 
-_INT_KEYS = {"max_batch", "max_context", "kernels", "count", "total", "active",
-             "collectives", *PARALLEL_KEYS}
 
 
 def _number(key: str, value: Any) -> Any:
@@ -24,7 +22,7 @@ def _number(key: str, value: Any) -> Any:
     v = float(v)
     if not math.isfinite(v):
         return None
-    if key in _INT_KEYS and v.is_integer():
+    if key_info(key).integer and v.is_integer():
         return int(v)
     return v
 
@@ -43,9 +41,10 @@ def result_json(runner: "Runner", inputs: list["Input"], values: dict[str, Any])
                    "active": _number("active", values["params.active"]),
                    "groups": {g: _number("total", values[f"groups.{g}"]) for g in runner.groups}},
         "parallel": {**{k: _number(k, values[f"parallel.{k}"]) for k in PARALLEL_KEYS},
-                     "policy": runner.policy},
+                     "policy": runner.policy, "policy_derived": runner.policy_derived},
         "memory": {k: _number(k, values[f"memory.{k}"]) for k in MEMORY_KEYS},
         "step": step,
+        "math_fallback": math_fallback(runner, {i.name: i.value for i in inputs}),
         "ops": [_op_json(runner, i, values) for i in range(len(runner.ops))
                 if _runs(runner, i, values)],
     }
@@ -89,3 +88,24 @@ def op_bound(values: Mapping[str, Any], i: int) -> str:
     kinds = {"weights": values[p + "weight_bytes"], "kv": values[p + "kv_bytes"],
              "activations": values[p + "act_bytes"]}
     return max(kinds, key=lambda k: float(kinds[k]))
+
+
+def running_peak(peaks: tuple[str, ...], values: Mapping[str, Any]) -> str:
+    """The peak an op's math runs at on this hardware: the first of its chain with a
+    non-zero value (the forms choose the same way: compiler/forms/model.py peak_form)."""
+    return next((p for p in peaks if float(values.get(f"flops_{p}", 0)) > 0), peaks[-1])
+
+
+def math_fallback(runner: "Runner", values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each format the hardware cannot compute in that some ops want, and what they run
+    at instead: [{math, runs_at, ops, note}] (empty when every op runs at its own)."""
+    found: dict[tuple[str, str], int] = {}
+    for op in runner.ops:
+        if op.peaks and (runs := running_peak(op.peaks, values)) != op.peaks[0]:
+            found[(op.peaks[0], runs)] = found.get((op.peaks[0], runs), 0) + 1
+    hw = runner.hardware or "this hardware"
+    return [{"math": want, "runs_at": runs, "ops": n,
+             "note": f"{hw} has no {want} math (flops_{want} = 0): weights stream at their "
+                     f"stored size and are upcast to {runs} for the math"
+                     + (" (weight-only)" if runs == "bf16" else "")}
+            for (want, runs), n in found.items()]

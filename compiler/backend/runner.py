@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from infest.compiler.core.constraints import CheckInfo, failing, holds
+from infest.compiler.core.constraints import CheckInfo, exact_sides, failing, holds
 from infest.compiler.backend.finite import check_finite
 from infest.compiler.backend.generated import load_functions
 from infest.compiler.backend.report import result_json
@@ -26,7 +26,7 @@ from infest.dsl.errors import Diagnostic, SpecError, Span, did_you_mean, fail
 DEFAULTS = {"B": Fraction(1), "N": Fraction(4096), "T": Fraction(1),
             **{p: Fraction(1) for p in PARALLEL}}
 MAX_VALUE = 10**30  # --set values past this are typos (and would overflow exact checks)
-FORMAT = 3          # bumped whenever the stored shape of a Runner changes
+FORMAT = 4          # bumped whenever the stored shape of a Runner changes
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class OpInfo:
     group: str
     collective: bool
     span: Span | None
+    peaks: tuple[str, ...] = ()   # the math peaks it may run at, first choice first
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Runner:
     missing: tuple[Missing, ...]
     source: str                        # generated code: def forms(...), def constraints(...)
     policies: tuple[str, ...] = ()     # the sharding policies the spec declares
+    policy_derived: bool = False       # `policy` derived from group names (none declared)
     spans: dict[str, Span] = field(default_factory=dict)  # where each model param is written
 
     @cached_property
@@ -105,8 +107,8 @@ class Runner:
             raise SpecError([Diagnostic(m.span, m.message, m.hint) for m in absent])
         inputs = [Input(n, self.kinds.get(n, "hardware"), fixed.get(n, self.defaults.get(n)))
                   for n in self.names]
-        if checked:
-            self.check({i.name: float(i.value) for i in inputs}, fixed)
+        if checked:  # exact values: whole and divides are checked exactly at one point
+            self.check({i.name: i.value for i in inputs}, fixed)
         return inputs
 
     def _check_overrides(self, fixed: Mapping[str, Fraction]) -> None:
@@ -128,16 +130,22 @@ class Runner:
         layout's: tp divides heads, ...) at these inputs (floats or broadcastable arrays);
         SpecError at the first failure."""
         point, sides = self._sides(values, overrides)
-        error = failing(self.checks, sides, point)
+        error = failing(self.checks, sides, point, self._exact_sides(point))
         if error is not None:
             raise error
+
+    def _exact_sides(self, point: Mapping[str, Any]):
+        """The constraint sides in exact arithmetic when every input is one number."""
+        if not self.checks or any(np.ndim(point[n]) for n in self.check_names):
+            return None
+        return exact_sides(self._functions["constraints"], [point[n] for n in self.check_names])
 
     def valid(self, values: Mapping[str, Any]) -> Any:
         """As `check`, but a boolean array: True where every constraint holds."""
         return holds(self.checks, self._sides(values, None)[1])
 
     def _sides(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None):
-        point = {n: float((overrides or {}).get(n, self.defaults[n]))
+        point = {n: (overrides or {}).get(n, self.defaults[n])  # exact: Fractions
                  for n in self.check_names if n in self.defaults}
         point.update(values)
         if self.phase == "prefill":  # as the forms: a prompt of N tokens, empty cache
@@ -196,7 +204,8 @@ class Runner:
         d = dict(data)
         del d["format"]
         d["defaults"] = {k: Fraction(n, m) for k, (n, m) in d["defaults"].items()}
-        d["ops"] = tuple(OpInfo(**{**o, "span": _span(o["span"])}) for o in d["ops"])
+        d["ops"] = tuple(OpInfo(**{**o, "span": _span(o["span"]), "peaks": tuple(o["peaks"])})
+                         for o in d["ops"])
         d["checks"] = tuple(CheckInfo(**{**c, "span": _span(c["span"]), "uses": tuple(c["uses"])})
                             for c in d["checks"])
         d["missing"] = tuple(Missing(**{**m, "span": _span(m["span"])}) for m in d["missing"])
@@ -210,11 +219,12 @@ class Runner:
 def _check_sign(name: str, value: Fraction) -> None:
     """Only fields that may be 0 (latencies: compiler/load/hardware.py) may be 0; nothing < 0;
     efficiencies lie in (0, 1]."""
-    from infest.compiler.load.hardware import EFFICIENCIES, MAY_BE_ZERO, in_range, sign_rule
+    from infest.compiler.load.fields import MAY_BE_ZERO, SHARES
+    from infest.compiler.load.hardware import in_range, sign_rule
     if in_range(name, value):
         return
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
-               "an efficiency is achievable / datasheet speed" if name in EFFICIENCIES
+               "an efficiency is achievable / datasheet speed" if name in SHARES
                else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
 
 

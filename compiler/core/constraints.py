@@ -19,8 +19,10 @@ if TYPE_CHECKING:
     import sympy
 
 KINDS = ("whole", "positive", "nonnegative", "le", "divides")
-# Floats carry the exact inputs; a relative slack this small only absorbs rounding.
-_TOLERANCE = 1e-9
+# Floats carry the inputs; a relative slack this small only absorbs rounding (relative to
+# the value itself: 1e-16 is not "almost 0", and 1000000000.5 is not almost whole). At a
+# single point the whole and divides checks are also done exactly (`exact_sides`).
+_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -73,13 +75,17 @@ def constraints_source(constraints: Sequence[Constraint], names: Sequence[str]) 
 
 
 def failing(checks: Sequence[CheckInfo], sides: Sequence[Any],
-            values: Mapping[str, Any]) -> SpecError | None:
+            values: Mapping[str, Any], exact: Sequence[Any] | None = None) -> SpecError | None:
     """The error for the first constraint that fails somewhere (None if all hold);
-    `sides` as constraints_source computes them, `values` the inputs evaluated."""
+    `sides` as constraints_source computes them, `values` the inputs evaluated; `exact`:
+    the same sides in exact arithmetic at a single point, where it could be computed."""
     with np.errstate(all="ignore"):
         for i, c in enumerate(checks):
             lhs, rhs = sides[2 * i], sides[2 * i + 1]
             bad = np.asarray(_FAILS[c.kind](np.asarray(lhs, float), np.asarray(rhs, float)))
+            if exact is not None and c.kind in _EXACT:
+                verdict = _EXACT[c.kind](exact[2 * i], exact[2 * i + 1])
+                bad = bad if verdict is None else np.asarray(verdict)
             if bad.any():
                 return _error(c, lhs, rhs, bad, values)
     return None
@@ -109,7 +115,42 @@ def check_constraints(constraints: Sequence[Constraint], names: Sequence[str],
 
 
 def _whole_fails(x: np.ndarray) -> np.ndarray:
-    return ~np.isfinite(x) | (np.abs(x - np.round(x)) > _TOLERANCE * np.maximum(1, np.abs(x)))
+    return ~np.isfinite(x) | (np.abs(x - np.round(x)) > _TOLERANCE * np.abs(x))
+
+
+def exact_sides(fn: Callable[..., Sequence[Any]], args: Sequence[Any]) -> Sequence[Any] | None:
+    """The constraint sides at one point in exact arithmetic (inputs as Fractions), or
+    None where the generated code needs floats (a ceil, a log)."""
+    from fractions import Fraction
+    try:
+        return fn(*[Fraction(a) for a in args])
+    except Exception:  # noqa: BLE001 -- any function numpy cannot apply to Fractions
+        return None
+
+
+def _exact(x: Any) -> Any:
+    """A Fraction for an exact number (int or Fraction), else None."""
+    from fractions import Fraction
+    if isinstance(x, (int, Fraction)) and not isinstance(x, bool):
+        return Fraction(x)
+    return None
+
+
+def _exact_whole(lhs: Any, _: Any) -> bool | None:
+    x = _exact(lhs)
+    return None if x is None else x.denominator != 1
+
+
+def _exact_divides(lhs: Any, rhs: Any) -> bool | None:
+    x, y = _exact(lhs), _exact(rhs)
+    if x is None or y is None:
+        return None
+    return not (x > 0 and (y / x).denominator == 1)
+
+
+# Checks that floats decide only up to rounding: decided exactly where the sides are exact.
+_EXACT: dict[str, Callable[[Any, Any], bool | None]] = {
+    "whole": _exact_whole, "divides": _exact_divides}
 
 
 _FAILS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from infest.dsl import ast
+from infest.dsl.errors import Span, did_you_mean, fail
+
 
 @dataclass(frozen=True)
 class DType:
@@ -44,3 +47,50 @@ def custom_bits(bits: Fraction) -> DType:
 def math_peak(math: DType, act: DType) -> str:
     """The flops_<suffix> an op's math runs at: the math dtype's own, else the act dtype's."""
     return math.peak or act.peak or "bf16"
+
+
+# Bits of the operands each peak multiplies: a fallback only ever widens.
+PEAK_BITS = {"fp4": 4, "fp8": 8, "int8": 8, "fp16": 16, "bf16": 16, "tf32": 32, "fp32": 32}
+# The peak every fallback ends at: the one field no GPU may set to 0.
+FALLBACK_PEAK = "bf16"
+
+
+def peak_chain(math: DType, act: DType) -> tuple[str, ...]:
+    """The peaks an op's math may run at, by preference: its own (math_peak); where the
+    hardware computes nothing in that format (peak 0), the activation dtype's if wider
+    (a narrower format the checkpoint allows: W4A8), then bf16 (weight-only: W4A16,
+    W8A16, weights upcast as they stream). Never narrower than the first choice: fp32
+    math does not fall back to bf16."""
+    first = math_peak(math, act)
+    chain = [first]
+    for peak in (act.peak, FALLBACK_PEAK):
+        if peak and peak not in chain and PEAK_BITS[peak] > PEAK_BITS[chain[-1]]:
+            chain.append(peak)
+    return tuple(chain)
+
+
+def declared_dtype(stmt: "ast.DtypeDecl") -> DType:
+    """The format a `weights: fp8` / `kv: bits = 4.25` line declares (role checked)."""
+    if stmt.role not in ROLES:
+        raise fail(stmt.span, f"unknown dtype role '{stmt.role}'",
+                   did_you_mean(stmt.role, ROLES) or f"roles: {', '.join(ROLES)}")
+    if stmt.bits is not None:
+        if stmt.dtype != "bits":
+            raise fail(stmt.dtype_span, f"'{stmt.dtype} = ...' is not a dtype", "write `bits = 4.25`")
+        return bits_dtype(stmt.bits.value, stmt.bits.span)
+    return dtype_named(stmt.dtype, stmt.dtype_span)
+
+
+def bits_dtype(value: Fraction, span: "Span") -> DType:
+    """An ad-hoc format of `value` bits per element (0 < bits <= 64)."""
+    if not 0 < value <= 64:
+        raise fail(span, f"bits must be between 0 and 64, not {float(value):g}")
+    return custom_bits(value)
+
+
+def dtype_named(name: str, span: "Span") -> DType:
+    """A named format, or a located error with a did-you-mean hint."""
+    if name not in DTYPES:
+        raise fail(span, f"unknown dtype '{name}'",
+                   did_you_mean(name, DTYPES) or f"dtypes: {', '.join(DTYPES)}, bits = X")
+    return DTYPES[name]

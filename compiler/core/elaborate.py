@@ -2,7 +2,8 @@
 
 Statements run in order; a name bound to an op is a tensor [B*T, width]. `repeat`
 multiplies the count of its body (never unrolls it); `moe` scales its body per routed
-token. Groups and dtypes declared in a block hold for the rest of that block.
+token; `held` keeps its body's weights in memory without running them in a step.
+Groups and dtypes declared in a block hold for the rest of that block.
 """
 from __future__ import annotations
 
@@ -17,18 +18,22 @@ from infest.compiler.core.constraints import Constraint, dedupe
 from infest.compiler.core.cost import Cost
 from infest.compiler.core.graph import CompiledModel, OpNode
 from infest.compiler.core.keys import TRAINED_CONTEXT
-from infest.compiler.core.dtypes import DTYPES, ROLES, DType, custom_bits, math_peak
+from infest.compiler.core.dtypes import (DTYPES, ROLES, DType, bits_dtype, declared_dtype,
+                                         dtype_named, math_peak)
 from infest.compiler.passes.engine import Fusion, fusion_of
 from infest.compiler.core.exprs import LIMIT, contains_op_call, to_sympy
-from infest.compiler.core.ops import (COMMON_KWARGS, EVERY_TOKEN_KINDS, KV_ELEM, KV_ELEM_NAME, OPS,
+from infest.compiler.core.ops import (COMMON_KWARGS, KV_ELEM, KV_ELEM_NAME, OPS,
                                       OPTIONAL_ARGS, DTypes, OpIn, OpRule, ShapeMismatch, Tensor,
                                       touched_experts)
 from infest.compiler.core.params import Param, defaults_of, resolve_params
 from infest.compiler.core.symbols import B, BUILTINS, N, T, sym
 
 _MAX_DIM = 2**53
-# Layers that call each other twice per level would otherwise build 2^depth ops.
-MAX_OPS = 20_000
+# Ops of one model (after layer calls expand; `repeat` never unrolls): elaborating and
+# deriving forms costs about 1 ms per op, so 4,000 keep a job within a few seconds (the
+# largest shipped or imported spec has a few hundred). Layers that call each other twice
+# per level would otherwise build 2^depth ops.
+MAX_OPS = 4_000
 
 
 @dataclass
@@ -40,6 +45,7 @@ class _Scope:
     count: sympy.Expr
     experts: tuple[sympy.Expr, sympy.Expr] | None = None
     prefix: str = ""  # op names inside a layer call: "decoder.q"
+    held: str = ""    # inside a `held` block: its group (ops stored, not run)
 
     def child(self, **changes: object) -> "_Scope":
         return replace(self, dtypes=dict(self.dtypes), **changes)
@@ -188,6 +194,8 @@ class _Poisoned(Exception):
 
 def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor | None:
     if isinstance(stmt, ast.FuseDef):
+        if scope.held:
+            return None  # held ops launch no kernel: nothing to fuse
         state.fusions.append(fusion_of(stmt, state.tensors, state.nodes, state.fused,
                                      state.index))
     elif isinstance(stmt, (ast.LayerDef, ast.PolicyDef)):
@@ -199,7 +207,7 @@ def _run_stmt(stmt: ast.Stmt, scope: _Scope, state: _State, top: bool) -> Tensor
     elif isinstance(stmt, ast.GroupStmt):
         scope.group = stmt.name
     elif isinstance(stmt, ast.DtypeDecl):
-        scope.dtypes[stmt.role] = _dtype_decl(stmt, state)
+        scope.dtypes[stmt.role] = declared_dtype(stmt)
     elif isinstance(stmt, ast.Repeat):
         count = _positive_int(stmt.count, state, "repeat count")
         if top:
@@ -242,30 +250,6 @@ def _enter_layers(count: sympy.Expr, state: _State) -> None:
         state.stage_width = state.last.width
 
 
-def _dtype_decl(stmt: ast.DtypeDecl, state: _State) -> DType:
-    if stmt.role not in ROLES:
-        raise fail(stmt.span, f"unknown dtype role '{stmt.role}'",
-                   did_you_mean(stmt.role, ROLES) or f"roles: {', '.join(ROLES)}")
-    if stmt.bits is not None:
-        if stmt.dtype != "bits":
-            raise fail(stmt.dtype_span, f"'{stmt.dtype} = ...' is not a dtype", "write `bits = 4.25`")
-        return _bits(stmt.bits.value, stmt.bits.span)
-    return _dtype_named(stmt.dtype, stmt.dtype_span)
-
-
-def _bits(value: Fraction, span: Span) -> DType:
-    if not 0 < value <= 64:
-        raise fail(span, f"bits must be between 0 and 64, not {float(value):g}")
-    return custom_bits(value)
-
-
-def _dtype_named(name: str, span: Span) -> DType:
-    if name not in DTYPES:
-        raise fail(span, f"unknown dtype '{name}'",
-                   did_you_mean(name, DTYPES) or f"dtypes: {', '.join(DTYPES)}, bits = X")
-    return DTYPES[name]
-
-
 # ---- ops -------------------------------------------------------------------------
 
 def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
@@ -295,9 +279,11 @@ def _bind(stmt: ast.Assign, scope: _Scope, state: _State) -> Tensor:
 def _op(call: ast.Call, binding: str, scope: _Scope, state: _State,
         body: tuple | None = None) -> Tensor:
     """Elaborate one op call (and any nested op calls among its arguments)."""
+    _check_op_limit(call, state)
     rule = OPS[call.func]
     tensors, dims, args, common = _split_args(call, rule, binding, scope, state)
-    inner_last = _moe_body(call, args, body, scope, state)
+    inner_last = _held_body(call, body, scope, state) if call.func == "held" else \
+        _moe_body(call, args, body, scope, state)
     if inner_last is not None:
         tensors = tensors[:1] + [inner_last]
     dtypes = _dtypes_of(scope, common)
@@ -317,7 +303,7 @@ def _last_token(call: ast.Call, tensors: list[Tensor], common: dict) -> bool:
     or fed only by such ops (a softmax over the logits)."""
     flagged = bool(common.get("last_token", 0))
     last = flagged or bool(tensors) and all(t.last_token for t in tensors)
-    if last and call.func in EVERY_TOKEN_KINDS:
+    if last and OPS[call.func].every_token:
         why = "is flagged last_token=1" if flagged else "reads only last-token rows"
         raise fail(call.span, f"{call.func}() {why}, but it needs every new token",
                    "last_token=1 is for the ops after the final norm that only feed the "
@@ -430,6 +416,9 @@ def _check_positive_args(call, args, numbers, named, state) -> None:
         at = _at_defaults(value, state).subs({B: 1, T: 1, N: 1})
         if not at.is_number:
             continue
+        if at.has(sympy.zoo, sympy.oo, -sympy.oo, sympy.nan) or not at.is_extended_real:
+            raise fail(nodes[name].span, f"{what} is not a finite real number at the defaults "
+                       "(B = T = N = 1)", "a division by zero, or the root of a negative?")
         if at < 0 or (at == 0 and not zero_ok):
             zero = " (or 0)" if zero_ok else ""
             raise fail(nodes[name].span, f"{what} must be positive{zero}")
@@ -459,10 +448,10 @@ def _common_kwarg(kw: ast.KwArg, state: _State) -> object:
         value = _at_defaults(_number(kw.value, state), state)
         if not value.is_Rational:
             raise fail(kw.value.span, "bits= takes a number such as 4.25")
-        return _bits(Fraction(int(value.p), int(value.q)), kw.value.span)
+        return bits_dtype(Fraction(int(value.p), int(value.q)), kw.value.span)
     if not isinstance(kw.value, ast.Name):
         raise fail(kw.value.span, f"{kw.name}= takes a dtype name such as bf16")
-    return _dtype_named(kw.value.id, kw.value.span)
+    return dtype_named(kw.value.id, kw.value.span)
 
 
 def _dtypes_of(scope: _Scope, common: dict) -> DTypes:
@@ -480,7 +469,8 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     """Elaborate a moe block's expert body with routing scale; return its output."""
     if call.func != "moe":
         if body is not None:
-            raise fail(call.span, f"{call.func}() takes no body", "only moe(...) { } has one")
+            raise fail(call.span, f"{call.func}() takes no body",
+                       "only moe(...) { } and held(...) { } have one")
         return None
     if body is None:
         raise fail(call.span, "moe() needs a body: the ops of one expert in { }")
@@ -498,21 +488,34 @@ def _moe_body(call, args, body, scope, state) -> Tensor | None:
     return last
 
 
+def _held_body(call, body, scope, state) -> None:
+    """Elaborate a `held` block's body: its ops are stored under the block's group and
+    never run (compiler/core/ops.py `held`); the block's output is its input."""
+    if body is not None:
+        _run_block(body, scope.child(held=scope.held or scope.group), state)
+    return None
+
+
 def _add_node(call, binding, scope, state, tensors, out, dtypes, common, args,
               last: bool) -> Tensor:
     _check_op_limit(call, state)
     name = _unique(scope.prefix + binding, state)
     stored = out.param_bytes
     cost, params, active = _routed(out.cost, out.params, scope)
+    # The kind's kernel count (ops.py), unless the spec states its own.
+    cost = cost.replace(kernels=common.get("kernels", sympy.Integer(OPS[call.func].kernels)))
+    held = scope.held or (scope.group if call.func == "held" else "")
+    if held:  # stored, not run: no cost, no launches, no KV cache, nothing active
+        cost, active, out = Cost(kernels=sympy.Integer(0)), sympy.Integer(0), \
+            replace(out, kv_cache=sympy.Integer(0), kv_per_token=sympy.Integer(0))
     if stored is not None and scope.experts is not None:
         stored = stored * scope.experts[0]  # every expert stored, like params
-    if "kernels" in common:
-        cost = cost.replace(kernels=common["kernels"])
     node = OpNode(name, call.func, scope.group, scope.count, cost, params, active,
                   out.kv_cache, out.kv_per_token, math_peak(dtypes.math, dtypes.act),
                   out.width, dtypes, tuple(t.producer for t in tensors if t.producer),
                   call.span, args=args, experts=scope.experts,
-                  blocks=common.get("blocks"), last_token=last, param_bytes=stored)
+                  blocks=common.get("blocks"), last_token=last, param_bytes=stored,
+                  held=held)
     state.nodes[name] = node
     state.index[name] = len(state.order)
     state.order.append(name)

@@ -65,6 +65,7 @@ def _binop(node: ast.BinOp, left: sympy.Expr, right: sympy.Expr, numeric: Numeri
         if exponent.is_number and abs(exponent) > _MAX_EXPONENT:
             raise fail(node.right.span, f"absurdly large exponent {exponent}",
                        f"exponents are limited to {_MAX_EXPONENT}")
+        _check_symbolic_exponent(node, right)
         _check_power_digits(node, numeric(left), exponent)
     result = {"+": lambda: left + right, "-": lambda: left - right,
               "*": lambda: left * right, "/": lambda: left / right,
@@ -97,6 +98,15 @@ def _check_power_digits(node: ast.BinOp, base: sympy.Expr, exponent: sympy.Expr)
     if base.is_Rational and exponent.is_number and _digits(base) * abs(exponent) > MAX_DIGITS:
         raise fail(node.span, f"exact value too large (more than {MAX_DIGITS} digits, "
                    "MAX_DIGITS)", "a power of a fraction grows its numerator and denominator")
+
+
+def _check_symbolic_exponent(node: ast.BinOp, exponent: sympy.Expr) -> None:
+    """2^(B + 10^29): an exponent with inputs in it is bounded by its numbers too (each
+    constant and coefficient), or its value at the defaults would be computed exactly."""
+    big = [a for a in exponent.atoms(sympy.Number) if abs(a) > _MAX_EXPONENT]
+    if big:
+        raise fail(node.right.span, f"absurdly large number {big[0]} in an exponent",
+                   f"exponents (and each number in them) are limited to {_MAX_EXPONENT}")
 
 
 def _check_power(node: ast.BinOp, result: sympy.Expr) -> None:

@@ -52,6 +52,8 @@ class OpNode:
     last_token: bool = False                     # runs on B rows (each sequence's last)
     param_bytes: sympy.Expr | None = None        # stored bytes of `params` when some tensor
                                                  # has its own dtype; None: all at weights
+    held: str = ""                               # a `held` block's group: weights stored,
+                                                 # not run in a step; "": runs
 
 
 @dataclass

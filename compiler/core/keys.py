@@ -5,6 +5,8 @@ without importing the compiler's symbolic stages.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from infest.compiler.core.terms import BOUND_TERMS, TERM_KEYS
 
 BUILTINS = ("B", "N", "T")
@@ -17,12 +19,55 @@ MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
                "capacity_bytes", "fits", "max_batch", "max_context")
 COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes",
              "host_bytes")
-STEP_KEYS = COST_KEYS + TERM_KEYS + ("t_overhead_s", "roofline_s", "time_s", "tokens_per_s", "kernels",
+STEP_KEYS = COST_KEYS + TERM_KEYS + ("t_overhead_s", "roofline_s", "overlap_floor_s", "time_s",
+                                     "tokens_per_s", "kernels",
                                      "collectives", "weights_floor_s", "estimate_s",
                                      "tokens_per_s_estimate")
 OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
-PARALLEL_KEYS = ("tp", "ep", "pp", "dp", "gpus")
+PARALLEL_KEYS = PARALLEL + ("gpus",)
 # What capacity's root finding evaluates over and over (compiler/analyses/capacity.py): the runner
 # generates a function of these alone, ~3x cheaper than every form.
 PROBE_KEYS = (tuple(f"bound.{k}" for k in BOUND_TERMS)
               + ("step.time_s", "step.kv_bytes", "step.weight_bytes", "memory.fits"))
+
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What a result key's value is: its base unit (as --json stores it) and whether it is
+    a whole number (JSON int, sweep cells without decimals)."""
+
+    unit: str
+    integer: bool = False
+
+
+_BYTES, _SECONDS = KeyInfo("bytes"), KeyInfo("s")
+# Every key of `memory`, `step`, `ops` entries, `parallel` and `params`: JSON, the text
+# report, sweep headings and the workbook's unit column all read it here.
+RESULT_KEYS: dict[str, KeyInfo] = {
+    **{k: _BYTES for k in COST_KEYS + MEMORY_KEYS if "bytes" in k},
+    **{k: _SECONDS for k in STEP_KEYS + OP_KEYS if k.endswith("_s") and "per_s" not in k},
+    "kv_bytes_per_token": KeyInfo("bytes/token"),
+    "flops": KeyInfo("FLOP"),
+    "fits": KeyInfo(""),
+    "bound": KeyInfo(""),
+    "max_batch": KeyInfo("sequences", True),
+    "max_context": KeyInfo("tokens", True),
+    "tokens_per_s": KeyInfo("tokens/s"),
+    "tokens_per_s_estimate": KeyInfo("tokens/s"),
+    "kernels": KeyInfo("kernels", True),       # kernel launches per step (or per instance)
+    "collectives": KeyInfo("calls", True),     # collective calls per step
+    "count": KeyInfo("instances", True),       # an op's instances (a collective's calls) per step
+    "total": KeyInfo("params", True),
+    "active": KeyInfo("params", True),
+    **{k: KeyInfo("GPUs", True) for k in PARALLEL_KEYS},
+    # the estimate's per-op pieces (compiler/core/estimate_rule.py PART_KEYS)
+    "gemm_rows": KeyInfo("rows"), "gemm_load": KeyInfo(""), "comm_latency_s": _SECONDS,
+    "ring_steps": KeyInfo("steps", True),
+}
+
+
+def key_info(key: str) -> KeyInfo:
+    """The unit and integer-ness of a result key, bare (`kernels`) or sectioned
+    (`step.kernels`); KeyError for a key the table lacks (never a guess)."""
+    return RESULT_KEYS[key.rpartition(".")[2]]

@@ -86,16 +86,41 @@ class ShapeMismatch(Exception):
         self.index, self.expected, self.what = index, expected, what
 
 
+# Facets every op kind declares (no defaults: a kind lacking one fails when OPS loads).
+# parallel: the sharding rule compiler/passes/parallel.py applies (PARALLEL_RULES there):
+#   linear (column/row), embed (vocab), attention (heads), norm, elementwise, conv1d
+#   (per channel), moe (the container of experts), replicated (whole on every GPU).
+PARALLEL_FACETS = ("linear", "embed", "attention", "norm", "elementwise", "conv1d", "moe",
+                   "replicated")
+# fusion: inside a `fuse` group (compiler/passes/engine.py), "on_chip": an intermediate
+# the group alone consumes is neither written nor read back; "opaque": the op's bytes are
+# the spec's own and stay as written.
+FUSION_FACETS = ("on_chip", "opaque")
+
+
 @dataclass(frozen=True)
 class OpRule:
-    """Signature and cost rule of an op kind."""
+    """Everything about an op kind in one entry: signature, cost rule, kernel count,
+    sharding rule, fusion behaviour and whether it needs every new token."""
 
     tensors: tuple[int, int]                 # (min, max) tensor inputs
     rule: Callable[[OpIn], OpOut]
+    kernels: int                              # launches of one instance (eager engine)
+    parallel: str                             # one of PARALLEL_FACETS
+    fusion: str                               # one of FUSION_FACETS
+    every_token: bool                         # needs every new token (no last_token=1)
     dims: bool = False                        # needs `d_in -> d_out`
     args: tuple[str, ...] = ()                # numeric args, positional order
     defaults: dict[str, int] = field(default_factory=dict)
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.parallel not in PARALLEL_FACETS:
+            raise ValueError(f"op rule: unknown parallel facet {self.parallel!r}")
+        if self.fusion not in FUSION_FACETS:
+            raise ValueError(f"op rule: unknown fusion facet {self.fusion!r}")
+        if not isinstance(self.kernels, int) or self.kernels < 0:
+            raise ValueError(f"op rule: kernels must be a whole number, not {self.kernels!r}")
 
 
 def _act(op: OpIn, elements: sympy.Expr) -> sympy.Expr:
@@ -121,7 +146,7 @@ def _embed(op: OpIn) -> OpOut:
     return OpOut(d, cost, params=vocab * d)
 
 
-def _linear(op: OpIn, kernels: int = 1) -> OpOut:
+def _linear(op: OpIn) -> OpOut:
     d_in, d_out = op.dims  # type: ignore[misc]
     _require(op, 0, d_in, "the input width must equal d_in")
     bias = d_out if _set(op, "bias") else None
@@ -129,8 +154,7 @@ def _linear(op: OpIn, kernels: int = 1) -> OpOut:
     # one multiply-add per weight per token
     cost = Cost(flops=_softcap(op, 2 * op.tokens * d_in * d_out, op.tokens * d_out),
                 weight_bytes=params * element_bytes(op.dt.weights) if stored is None else stored,
-                act_bytes=_act(op, op.tokens * (d_in + d_out)),
-                kernels=sympy.Integer(kernels))
+                act_bytes=_act(op, op.tokens * (d_in + d_out)))
     # A head tied to the embedding still reads its weights but stores no params of its own.
     if _set(op, "tied"):
         return OpOut(d_out, cost, params=ZERO)
@@ -358,56 +382,82 @@ def _custom(op: OpIn) -> OpOut:
                  kv_per_token=per_token)
 
 
+def _held(op: OpIn) -> OpOut:
+    """Weights held in memory that a plain step does not run (a vision tower, multi-token-
+    prediction layers): `params` stored, no FLOPs, bytes or launches. The ops of its body
+    are held the same way (compiler/core/elaborate.py), each with its own params."""
+    width = op.x.width if op.tensors else sympy.Integer(1)
+    return OpOut(width, Cost(kernels=ZERO), params=op.args.get("params", ZERO))
+
+
+# Facet shorthands: (kernels, parallel, fusion, every_token).
+_ELEMENTWISE = dict(kernels=1, parallel="elementwise", fusion="on_chip", every_token=False)
+
+
+def _ew(arity: int, flops: int, doc: str) -> OpRule:
+    """An elementwise kind: `arity` equal-width inputs, `flops` FLOPs per element."""
+    return OpRule((arity, arity), _elementwise(flops), **_ELEMENTWISE, doc=doc)
+
+
 OPS: dict[str, OpRule] = {
-    "embed": OpRule((1, 1), _embed, dims=True, doc="row gather: params vocab*d, bytes B*T*d"),
-    "linear": OpRule((1, 1), _linear, dims=True, args=("bias", "tied", "softcap"),
-                     defaults={"bias": 0, "tied": 0},
+    "embed": OpRule((1, 1), _embed, 1, "embed", "on_chip", True, dims=True,
+                    doc="row gather: params vocab*d, bytes B*T*d"),
+    "linear": OpRule((1, 1), _linear, 1, "linear", "on_chip", False, dims=True,
+                     args=("bias", "tied", "softcap"), defaults={"bias": 0, "tied": 0},
                      doc="x @ W: 2*B*T*d_in*d_out FLOPs, weights read once"),
-    "router": OpRule((1, 1), lambda op: _linear(op, kernels=2), dims=True, args=("bias",),
-                     defaults={"bias": 0},
+    # Two kernels: the gate GEMM and the top-k/softmax over its logits.
+    "router": OpRule((1, 1), _linear, 2, "linear", "on_chip", False, dims=True,
+                     args=("bias",), defaults={"bias": 0},
                      doc="MoE gate: a linear (bias=1: plus a bias) and a top-k/softmax kernel"),
-    "rmsnorm": OpRule((1, 1), _norm(4, 1), args=("dim",), doc="4 FLOPs/element, d weights"),
-    "layernorm": OpRule((1, 1), _norm(7, 2), args=("dim",), doc="7 FLOPs/element, 2d weights"),
-    "add": OpRule((2, 2), _elementwise(1), doc="x + y"),
-    "mul": OpRule((2, 2), _elementwise(1), doc="x * y"),
-    "silu_mul": OpRule((2, 2), _elementwise(5), doc="silu(g) * u: 5 FLOPs/element"),
-    "gelu_mul": OpRule((2, 2), _elementwise(9), doc="gelu(g) * u: 9 FLOPs/element"),
-    "silu": OpRule((1, 1), _elementwise(4), doc="x * sigmoid(x): 4 FLOPs/element"),
-    "gelu": OpRule((1, 1), _elementwise(8), doc="tanh GELU: 8 FLOPs/element"),
-    "relu": OpRule((1, 1), _elementwise(1), doc="max(x, 0)"),
-    "sigmoid": OpRule((1, 1), _elementwise(4), doc="1 / (1 + exp(-x)): 4 FLOPs/element "
-                                                  "(output gates, Gated DeltaNet's beta)"),
-    "rope": OpRule((1, 1), _elementwise(3), doc="rotary embedding: 3 FLOPs/element"),
-    "softmax": OpRule((1, 1), _elementwise(5), doc="exp, sum, divide: 5 FLOPs/element"),
-    "attention": OpRule((3, 3), _attention,
+    "rmsnorm": OpRule((1, 1), _norm(4, 1), 1, "norm", "on_chip", False, args=("dim",),
+                      doc="4 FLOPs/element, d weights"),
+    "layernorm": OpRule((1, 1), _norm(7, 2), 1, "norm", "on_chip", False, args=("dim",),
+                        doc="7 FLOPs/element, 2d weights"),
+    "add": _ew(2, 1, "x + y"),
+    "mul": _ew(2, 1, "x * y"),
+    "silu_mul": _ew(2, 5, "silu(g) * u: 5 FLOPs/element"),
+    "gelu_mul": _ew(2, 9, "gelu(g) * u: 9 FLOPs/element"),
+    "silu": _ew(1, 4, "x * sigmoid(x): 4 FLOPs/element"),
+    "gelu": _ew(1, 8, "tanh GELU: 8 FLOPs/element"),
+    "relu": _ew(1, 1, "max(x, 0)"),
+    "sigmoid": _ew(1, 4, "1 / (1 + exp(-x)): 4 FLOPs/element (output gates, Gated "
+                         "DeltaNet's beta)"),
+    "rope": _ew(1, 3, "rotary embedding: 3 FLOPs/element"),
+    "softmax": _ew(1, 5, "exp, sum, divide: 5 FLOPs/element"),
+    "attention": OpRule((3, 3), _attention, 1, "attention", "on_chip", True,
                         args=("heads", "kv_heads", "head_dim", "window", "sinks", "softcap",
                               "index_topk"),
                         doc="GQA over B*N cached tokens; writes B*T new ones; "
                             "sinks=1: a learned sink logit per head"),
-    "mla": OpRule((2, 2), _mla, args=("heads", "kv_lora_rank", "rope_dim", "nope_dim",
-                                      "v_dim", "window", "softcap", "index_topk"),
+    "mla": OpRule((2, 2), _mla, 1, "attention", "on_chip", True,
+                  args=("heads", "kv_lora_rank", "rope_dim", "nope_dim", "v_dim", "window",
+                        "softcap", "index_topk"),
                   doc="latent KV (kv_lora_rank + rope_dim per token), absorbed weights"),
-    "indexer": OpRule((2, 2), _indexer, args=("heads", "head_dim", "index_topk"),
+    # Replicated under tp: its key cache is one head_dim vector per token (no heads to
+    # split), and engines run it whole beside the split attention.
+    "indexer": OpRule((2, 2), _indexer, 1, "replicated", "on_chip", True,
+                      args=("heads", "head_dim", "index_topk"),
                       doc="lightning indexer: scores all cached tokens, own key cache"),
-    "linear_attention": OpRule((3, 3), _linear_attention,
+    "linear_attention": OpRule((3, 3), _linear_attention, 1, "attention", "on_chip", True,
                                args=("heads", "key_heads", "key_dim", "value_dim", "delta",
                                      "chunk"),
                                defaults={"delta": 0, "chunk": 64},
                                doc="recurrent state heads*key_dim*value_dim per sequence"),
-    "conv1d": OpRule((1, 1), _conv1d, args=("kernel", "bias"), defaults={"bias": 0},
+    "conv1d": OpRule((1, 1), _conv1d, 1, "conv1d", "on_chip", True, args=("kernel", "bias"),
+                     defaults={"bias": 0},
                      doc="causal depthwise conv, state (kernel-1)*width per sequence"),
-    "moe": OpRule((1, 1), _moe, args=("experts", "top_k"),
+    "moe": OpRule((1, 1), _moe, 1, "moe", "on_chip", True, args=("experts", "top_k"),
                   doc="E routed experts, top-k: body costs scaled per routed token"),
-    "custom": OpRule((0, 8), _custom, args=("flops", "weight_bytes", "act_bytes", "kv_bytes",
-                                            "params", "width", "kv_per_token"),
+    # Replicated under tp: its costs are whatever the spec wrote, for the whole op.
+    "custom": OpRule((0, 8), _custom, 1, "replicated", "opaque", False,
+                     args=("flops", "weight_bytes", "act_bytes", "kv_bytes", "params", "width",
+                           "kv_per_token"),
                      doc="costs written in the spec"),
+    # Never runs: no launches; its stated params are held on every GPU (replicated).
+    "held": OpRule((0, 1), _held, 0, "replicated", "opaque", False, args=("params",),
+                   doc="weights held, not run: params in memory, none in params.total"),
 }
 OPTIONAL_ARGS = {"window", "sinks", "softcap", "index_topk", "dim", "bias", "tied", "flops", "weight_bytes", "act_bytes", "kv_bytes",
                  "params", "width", "kv_per_token"}
 COMMON_KWARGS = ("kernels", "blocks", "weights", "kv", "act", "math", "residual", "biases", "bits",
                  "last_token")
-# Ops that need every new token: they gather rows, write the KV cache or a recurrent
-# state, or route tokens, so `last_token=1` (or an input that holds only last positions)
-# is refused on them.
-EVERY_TOKEN_KINDS = frozenset({"embed", "attention", "mla", "indexer", "linear_attention",
-                               "conv1d", "moe"})

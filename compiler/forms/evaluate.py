@@ -13,9 +13,12 @@ import sympy
 
 from infest.compiler.backend.codegen import numpy_source
 from infest.compiler.core.constraints import check_infos, constraints_source
-from infest.compiler.load.hardware import EFFICIENCIES, CompiledHardware, efficiencies
+from infest.compiler.load.fields import ESTIMATE_DEFAULTS, HARDWARE_DEFAULTS
+from infest.compiler.load.hardware import CompiledHardware, efficiencies
+from infest.compiler.core.dtypes import peak_chain
 from infest.compiler.core.keys import PROBE_KEYS
 from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.core.estimate_rule import ALWAYS_INPUTS, PART_KEYS
 from infest.compiler.forms.model import Forms
 from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.passes.offload import OFFLOAD_INPUTS, default_gpu_experts
@@ -26,7 +29,7 @@ from infest.compiler.core.symbols import BUILTINS, PARALLEL, sym
 
 def input_names(forms: Forms) -> list[str]:
     """Every symbol the forms use: builtins, parallel degrees, model params, hardware."""
-    free = {s.name for e in forms.all_exprs() for s in e.free_symbols}
+    free = {s.name for e in forms.all_exprs() for s in e.free_symbols} | set(ALWAYS_INPUTS)
     builtins = [b for b in BUILTINS if b != "T" or forms.phase == "decode"]  # prefill: T is N
     parallel = [p for p in PARALLEL if p in free]
     model = [p for p, v in forms.model.params.items()
@@ -51,15 +54,15 @@ def build_runner(forms: Forms, hw: CompiledHardware | None) -> Runner:
         check_names=check_names, keys=tuple(k for k, _ in layout),
         uses=tuple(tuple(sorted(index[s.name] for s in e.free_symbols if s.name in index))
                    for _, e in layout),
-        ops=tuple(OpInfo(op.name, op.kind, op.group, op.comm is not None, op.span)
-                  for op in model.ops),
+        ops=tuple(OpInfo(op.name, op.kind, op.group, op.comm is not None, op.span,
+                         op_peaks(op)) for op in model.ops),
         checks=check_infos(model.constraints),
         missing=_missing(forms, hw, names),
         source=(numpy_source([sym(n) for n in names], [e for _, e in layout])
                 + constraints_source(model.constraints, check_names)
                 + numpy_source([sym(n) for n in names], _probe_forms(layout),
                                name="probe")),
-        policies=tuple(model.policies),
+        policies=tuple(model.policies), policy_derived=forms.layout.derived,
         spans={p.name: p.span for p in model.params.values() if p.span is not None})
 
 
@@ -82,9 +85,10 @@ def _check_names(forms: Forms, hw: CompiledHardware | None,
 
 
 def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fraction]:
-    known = {**DEFAULTS, **(efficiencies(hw.fields) if hw is not None else EFFICIENCIES)}
+    known = {**DEFAULTS, **(efficiencies(hw.fields) if hw is not None else ESTIMATE_DEFAULTS)}
     known.update({p.name: p.default for p in forms.model.params.values() if p.is_input})
-    if hw is not None:
+    if hw is not None:  # peaks and measured ceilings a block leaves out: 0 (fields.py)
+        known.update(HARDWARE_DEFAULTS)
         known.update({k: v.value for k, v in hw.fields.items()})
     experts = default_gpu_experts(forms.model, known)
     if experts is not None:  # offload inputs: all experts resident, no measured hit rate
@@ -107,13 +111,31 @@ def _missing(forms: Forms, hw: CompiledHardware | None, names: list[str]) -> tup
         return tuple(Missing(n, None, f"no hardware given: {', '.join(absent)} need values",
                              "pass --hw h100_sxm (or another hardware) or --set them")
                      for n in absent[:1])
-    out = []
-    for name in absent:
-        users = [op.name for op in forms.model.ops if f"flops_{op.peak}" == name]
-        why = f", needed by op '{users[0]}' (math in {name[6:]})" if users else ""
-        out.append(Missing(name, hw.span, f"hardware '{hw.name}' has no {name}{why}",
-                           f"add `{name} = ...` to the hardware, or --set {name}=..."))
+    out = [_missing_field(hw, name, f", needed by op '{op}' (math in {name[6:]})" if op else "")
+           for name in absent for op in [_first_user(forms, name)]]
+    for op in forms.model.ops:  # a peak chain the hardware computes in nowhere
+        chain = [f"flops_{p}" for p in op_peaks(op)]
+        if chain and chain[0] not in absent and all(known.get(n, 0) == 0 for n in chain):
+            out.append(_missing_field(hw, chain[0], f", needed by op '{op.name}' (math in "
+                                      f"{op.peak}; no wider format to fall back to)"))
+            absent.append(chain[0])
     return tuple(out)
+
+
+def _missing_field(hw: CompiledHardware, name: str, why: str) -> Missing:
+    return Missing(name, hw.span, f"hardware '{hw.name}' has no {name}{why}",
+                   f"add `{name} = ...` to the hardware, or --set {name}=...")
+
+
+def _first_user(forms: Forms, name: str) -> str | None:
+    """The first op whose math may run at this peak, for messages."""
+    return next((op.name for op in forms.model.ops
+                 if name in (f"flops_{p}" for p in op_peaks(op))), None)
+
+
+def op_peaks(op) -> tuple[str, ...]:
+    """An op's peak chain (compiler/core/dtypes.py): collectives compute nothing."""
+    return () if op.comm is not None else peak_chain(op.dtypes.math, op.dtypes.act)
 
 
 def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
@@ -125,5 +147,5 @@ def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
     items += [(f"bound.{k}", forms.bound_terms[k]) for k in BOUND_TERMS]
     items += [(f"parallel.{k}", v) for k, v in forms.parallel.items()]
     for i, op in enumerate(forms.ops):
-        items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS]
+        items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS + PART_KEYS]
     return items

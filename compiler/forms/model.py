@@ -13,11 +13,12 @@ from itertools import combinations
 import sympy
 
 from infest.compiler.core.graph import CompiledModel, OpNode
+from infest.compiler.core.dtypes import peak_chain
 from infest.compiler.core.keys import COST_KEYS, STEP_KEYS
 from infest.compiler.core.functions import Max, floor
 from infest.compiler.core.ops import L, touched_experts
 from infest.compiler.passes.collectives import Links, call_time
-from infest.compiler.forms.estimate import STEP_OVERHEAD, op_estimate
+from infest.compiler.forms.estimate import STEP_OVERHEAD, estimate_parts, op_estimate
 from infest.compiler.passes.offload import host_bytes, host_time, offload_constraints, resident_share
 from infest.compiler.passes.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse, split_at_collectives
 from infest.compiler.passes.parallel import Layout, shard
@@ -59,6 +60,17 @@ def peak_symbol(peak: str) -> sympy.Symbol:
     return sym(f"flops_{peak}")
 
 
+def peak_form(op: OpNode) -> sympy.Expr:
+    """The peak an op's math runs at, chosen by value: the first of its peak chain
+    (compiler/core/dtypes.py peak_chain) the hardware computes in (non-zero), so one
+    form serves every GPU: flops_fp4 where B200 has it, else flops_bf16 (weight-only)."""
+    chain = [peak_symbol(p) for p in peak_chain(op.dtypes.math, op.dtypes.act)]
+    if len(chain) == 1:
+        return chain[0]
+    return sympy.Piecewise(*((p, sympy.StrictGreaterThan(p, 0)) for p in chain[:-1]),
+                           (chain[-1], True))
+
+
 def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | None = None,
                 links: Links = Links(), engine: Engine = ENGINES[DEFAULT_ENGINE]) -> Forms:
     """Derive every closed form for a phase ('decode' or 'prefill') as one GPU of the
@@ -72,7 +84,7 @@ def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | No
     extra = offload_constraints(model, links)
     model = replace(model, constraints=model.constraints + extra) if extra else model
     ops = [_op_forms(op, links) for op in model.ops]
-    step = _step(model, ops, links)
+    step = _step(model, ops)
     parallel = {"tp": TP, "ep": EP, "pp": PP, "dp": DP, "gpus": TP * PP * DP}
     forms = Forms(model, phase, _params(model), _groups(model), _memory(model, phase, links), step,
                   ops, _bound_terms(step), parallel, layout, engine)
@@ -81,7 +93,7 @@ def build_forms(model: CompiledModel, phase: str = "decode", policy: Policy | No
 
 # The per-instance form of each time term (compiler/core/terms.py lists them).
 TERM_FORMS = {
-    "compute": lambda op, links: op.cost.flops / peak_symbol(op.peak),
+    "compute": lambda op, links: op.cost.flops / peak_form(op),
     "memory": lambda op, links: op.cost.bytes / MEM_BW,
     "launch": lambda op, links: op.cost.kernels * LAUNCH,
     "comm": lambda op, links: (call_time(op.comm, op.cost.comm_bytes, links)
@@ -99,6 +111,7 @@ def _op_forms(op: OpNode, links: Links) -> dict[str, sympy.Expr]:
              "kernels": c.kernels}
     forms.update({t.key: TERM_FORMS[t.name](op, links) for t in TIME_TERMS})
     forms["time_s"] = Max(*(forms[k] for k in TERM_KEYS))
+    forms.update(estimate_parts(op, links))   # what the estimate reads besides the terms
     return forms
 
 
@@ -106,18 +119,22 @@ def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
     return sympy.Add(*(op["count"] * op[key] for op in ops))
 
 
-def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]],
-          links: Links) -> dict[str, sympy.Expr]:
+def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, sympy.Expr]:
     step = {k: _total(ops, k) for k in COST_KEYS + TERM_KEYS + ("time_s", "kernels")}
+    # Serial-kernel bound: each op takes its largest hard term, ops one after another.
     step["roofline_s"] = sympy.Add(*(op["count"] * Max(*(op[k] for k in HARD_KEYS))
                                      for op in ops))
-    # The throughput ceiling comes from the hard bound: time_s adds the launch floor, an
-    # assumption about the engine that a fused, graph-captured engine can beat.
+    # Overlap floor: even an engine that overlaps kernels (NanoFlow-style) must do all the
+    # math, move all the bytes and finish every collective, each resource at its peak;
+    # max of sums <= sum of maxes, so it never exceeds roofline_s.
+    step["overlap_floor_s"] = Max(*(step[k] for k in HARD_KEYS))
+    # The throughput ceiling comes from the serial-kernel bound: time_s adds the launch
+    # floor, an assumption about the engine that a fused, graph-captured engine can beat.
     step["tokens_per_s"] = B * T / step["roofline_s"]
     # The estimate: each op by its kind (compiler/forms/estimate.py), plus the engine's
     # per-step overhead, a term of the estimate only.
     step["t_overhead_s"] = STEP_OVERHEAD
-    step["estimate_s"] = sympy.Add(*(op["count"] * op_estimate(node, op, links)
+    step["estimate_s"] = sympy.Add(*(op["count"] * op_estimate(node, op)
                                      for op, node in zip(ops, model.ops))) + STEP_OVERHEAD
     step["tokens_per_s_estimate"] = B * T / step["estimate_s"]
     step["collectives"] = sympy.Add(*(op["count"] for op, node in zip(ops, model.ops)
@@ -153,7 +170,9 @@ def _touched_share(op: OpNode) -> sympy.Expr:
 
 
 def _params(model: CompiledModel) -> dict[str, sympy.Expr]:
-    return {"total": sympy.Add(*(op.count * op.params for op in model.ops)),
+    """The model's params: `held` weights (a vision tower, MTP layers) are in memory and in
+    their own group of params.groups, never in total, which is the model a step runs."""
+    return {"total": sympy.Add(*(op.count * op.params for op in model.ops if not op.held)),
             "active": sympy.Add(*(op.count * op.params_active for op in model.ops))}
 
 
@@ -162,7 +181,8 @@ def _groups(model: CompiledModel) -> dict[str, sympy.Expr]:
     for op in model.ops:
         if op.comm is not None:
             continue  # collectives hold no params
-        groups[op.group] = groups.get(op.group, sympy.Integer(0)) + op.count * op.params
+        group = op.held or op.group  # held weights apart: `vision`, `mtp`
+        groups[group] = groups.get(group, sympy.Integer(0)) + op.count * op.params
     return dict(sorted(groups.items()))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -15,6 +16,7 @@ from infest.dsl.errors import SpecError, fail
 MAX_CONFIG_BYTES = 4 << 20   # one config.json (real ones are a few kB)
 MAX_JSON_DEPTH = 32          # nested objects / arrays (real configs: 3)
 MAX_JSON_INT_DIGITS = 18     # digits in one JSON integer (int64)
+MAX_CONTEXT = 2**40          # tokens of a trained context (rope scaling included)
 
 
 # ---- reading config fields ---------------------------------------------------------
@@ -84,7 +86,7 @@ class Config:
 def load_json(path: Path) -> dict[str, Any]:
     """A JSON object from a regular file of at most MAX_CONFIG_BYTES, or a clear error.
     Nesting and integer length are refused before Python builds them."""
-    from infest.compiler.load.loader import read_text
+    from infest.compiler.load.files import read_text
     text = read_text(path, limit=MAX_CONFIG_BYTES, limit_name="MAX_CONFIG_BYTES")
     _check_json_depth(text, path)
     try:
@@ -138,7 +140,10 @@ def trained_context(cfg: Config) -> int | None:
     factor = scaling["factor"]
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
         raise rope._bad("factor", "a positive finite number")
-    scaled = int(original * factor) if original is not None else None
+    scaled = math.floor(Fraction(original) * Fraction(factor)) if original is not None else None
+    if scaled is not None and scaled > MAX_CONTEXT:
+        raise rope._bad("factor", f"a factor with original x factor at most {MAX_CONTEXT:,} "
+                        "tokens (MAX_CONTEXT)")
     return max((c for c in (stated, scaled) if c is not None), default=None)
 
 

@@ -19,25 +19,36 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from infest.compiler.hf.config import Config, text_model, trained_context
+from infest.compiler.hf.defaults import defaults_note, with_defaults
+from infest.compiler.hf.layouts import layout, layout_notes
 from infest.compiler.hf.quant import formats
 from infest.compiler.hf.render import Arch, Attention, Experts, Layer, safe_text
+from infest.compiler.hf.vision import tower
 from infest.dsl.errors import fail
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3",
             "deepseek_v32", "kimi_k2", "gpt_oss", "phi3", "glm4_moe", "minimax_m2", "gemma2",
-            "gemma3_text", "llama4", "llama4_text")
+            "gemma3_text", "gemma3", "llama4", "llama4_text", "falcon", "phi", "starcoder2",
+            "cohere", "olmo2", "olmo3", "exaone4", "internlm2", "mimo", "deepseek_v2",
+            "glm_moe_dsa")
 # Hybrid recurrent/attention families, read and rendered by compiler/hf/hybrid.py.
 HYBRID_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")
 # Vision-language wrappers (and renamed releases) whose language model
 # compiler/hf/hybrid.py imports as a family above (its VL_TEXT).
 VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe", "kimi_k25", "mistral3", "qwen2_5_vl", "ministral3")
 _MOE_FAMILIES = {"mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss",
-                 "glm4_moe", "minimax_m2", "llama4_text"}
-_MLA_FAMILIES = {"deepseek_v3", "deepseek_v32", "kimi_k2"}
+                 "glm4_moe", "minimax_m2", "llama4_text", "deepseek_v2", "glm_moe_dsa"}
+# MLA attention, DeepSeek's MoE layout (glm_moe_dsa: GLM-5, DeepSeek-V3.2's attention).
+_MLA_FAMILIES = {"deepseek_v3", "deepseek_v32", "kimi_k2", "deepseek_v2", "glm_moe_dsa"}
+# Families read as another's fields (MiMo: Qwen2's decoder plus MTP layers).
+_READ_AS = {"mimo": "qwen2"}
+# Where a family keeps its multi-token-prediction layer count.
+MTP_KEYS = ("num_nextn_predict_layers", "num_mtp_modules")
 # Gemma: a norm after attention and after the MLP too, tied embeddings by default.
 _GEMMA_FAMILIES = {"gemma2", "gemma3_text"}
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -51,13 +62,17 @@ MAX_LAYERS = 10_000          # num_hidden_layers: the per-layer plan is built in
 
 def read_arch(data: Mapping[str, Any], source: str = "config.json",
               quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
-              gguf: str | None = None) -> Arch:
+              gguf: str | None = None, defaults_family: str | None = None) -> Arch:
     """Check a config (and an optional hf_quant_config, as (data, path), or a GGUF type)
-    and build its Arch."""
-    data = _text_config(data, source)
+    and build its Arch. Fields it omits take the defaults of `defaults_family` (its own
+    model_type unless given; compiler/hf/defaults.py), named in the header."""
+    data, vision = _text_config(data, source)
+    family = _family(Config(data, source))
+    data, taken = with_defaults(data, defaults_family or family)
     cfg = Config(data, source)
-    family = _family(cfg)
+    family = _READ_AS.get(family, family)
     _check_unmodelled(cfg, family)
+    shape = layout(cfg, family)
     hidden, layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
     if layers > MAX_LAYERS:
         raise fail(None, f"{source}: config field 'num_hidden_layers' is {layers}, more than "
@@ -66,28 +81,48 @@ def read_arch(data: Mapping[str, Any], source: str = "config.json",
     experts = _experts(cfg, family) if any(layer.moe for layer in plan) else None
     needs_ffn = any(not layer.moe for layer in plan)
     title = title_of(data, source)
+    att = _attention(cfg, family, hidden)
+    att = replace(att, **{k: shape.pop(k) for k in _ATT_FIELDS if k in shape})
+    ffn = shape.pop("ffn", None) or (cfg.int(_FFN_KEY.get(family, "intermediate_size"))
+                                     if needs_ffn else None)
+    fields = {"glu": _glu(cfg, family), "mlp_bias": cfg.flag("mlp_bias")} | shape
     return Arch(name=identifier(name or title or family), title=title or family, source=source,
                 family=family, architecture=_architecture(data), hidden=hidden,
-                layers=layers, vocab=cfg.int("vocab_size"),
-                ffn=cfg.int(_FFN_KEY.get(family, "intermediate_size")) if needs_ffn else None,
-                glu=_glu(cfg, family), mlp_bias=cfg.flag("mlp_bias"),
-                # transformers' defaults: Gemma ties the LM head to the embedding
-                tied=cfg.flag("tie_word_embeddings", family in _GEMMA_FAMILIES),
-                attention=_attention(cfg, family, hidden), experts=experts, plan=plan,
-                formats=formats(data, source, base_dtype(cfg), layers, quant, gguf),
+                layers=layers, vocab=cfg.int("vocab_size"), ffn=ffn,
+                tied=cfg.flag("tie_word_embeddings"), attention=att, experts=experts,
+                plan=plan, formats=formats(data, source, base_dtype(cfg), layers, quant, gguf),
                 context=trained_context(cfg), post_norms=family in _GEMMA_FAMILIES,
-                notes=_family_notes(cfg, family))
+                notes=_family_notes(cfg, family) + layout_notes(family)
+                + defaults_note(defaults_family or family, taken) + vision[1],
+                mtp_layers=mtp_layers(cfg), vision=vision[0], **fields)
+
+
+# Layout fields (compiler/hf/layouts.py) that belong to the attention.
+_ATT_FIELDS = ("kv_heads", "qkv_bias", "o_bias", "qk_norm", "qk_norm_whole")
+
+
+def mtp_layers(cfg: Config) -> int:
+    """The multi-token-prediction layers a checkpoint carries (0: none)."""
+    return max(cfg.count(key) for key in MTP_KEYS)
 
 
 # The dense MLP's width where a family keeps intermediate_size for its experts.
 _FFN_KEY = {"llama4_text": "intermediate_size_mlp"}
 # Fields of a multimodal wrapper (`llama4`) that apply to its text model.
-def _text_config(data: Mapping[str, Any], source: str) -> Mapping[str, Any]:
-    """A multimodal `llama4` config's text model (hf_config.text_model); any other config
-    as is. The vision tower is not read: decode never runs it (see _family_notes)."""
-    if data.get("model_type") != "llama4":
-        return data
-    return {**text_model(data, source, "llama4_text"), "vision_config": data.get("vision_config")}
+# Multimodal wrappers read here: model_type -> the family of their text_config.
+_WRAPPERS = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+
+
+def _text_config(data: Mapping[str, Any], source: str
+                 ) -> tuple[Mapping[str, Any], tuple[tuple[int, str] | None, tuple[str, ...]]]:
+    """A multimodal wrapper's text model (hf_config.text_model) and its vision tower
+    (params and what they are, held in memory; compiler/hf/vision.py); any other config
+    as is, with no tower."""
+    wrapper = data.get("model_type")
+    if wrapper not in _WRAPPERS:
+        return data, (None, ())
+    text = text_model(data, source, _WRAPPERS[wrapper])
+    return text, tower(wrapper, data.get("vision_config"), text, source)
 
 
 def _family(cfg: Config) -> str:
@@ -125,6 +160,8 @@ def _glu(cfg: Config, family: str) -> str:
     # Gemma's modelling code reads hidden_activation (gemma3 configs have only that one).
     key = "hidden_activation" if family in _GEMMA_FAMILIES and \
         cfg.data.get("hidden_activation") is not None else "hidden_act"
+    if family in ("falcon", "phi", "starcoder2"):  # not gated: compiler/hf/layouts.py
+        return "silu_mul"
     act = cfg.str(key, "silu")
     if act not in _GLU:
         raise fail(None, f"{cfg.source}: config field '{key}' is '{act}'",
@@ -169,9 +206,6 @@ def _family_notes(cfg: Config, family: str) -> tuple[str, ...]:
         notes.append("DeepSeek Sparse Attention: the lightning indexer scores every cached "
                      "token (its own fp8 key cache), MLA reads the index_topk it selects; the "
                      "indexer's projections stay whole under tensor parallel, as in vLLM.")
-    if cfg.count("num_nextn_predict_layers") or cfg.count("num_mtp_modules"):
-        notes.append("Multi-token-prediction layers (num_nextn_predict_layers / "
-                     "num_mtp_modules) are a speculative-decoding draft: not modelled.")
     return tuple(notes)
 
 
@@ -186,10 +220,6 @@ def _llama4_notes(cfg: Config) -> list[str]:
     if cfg.flag("use_qk_norm"):
         notes.append("use_qk_norm: an L2 norm of q and k on the RoPE layers, without "
                      "weights, not costed (about 4 FLOPs per q/k element).")
-    if cfg.data.get("vision_config") is not None:
-        notes.append("The vision tower and projector (vision_config) are not modelled: "
-                     "decode never runs them; Meta's totals (Scout 109B, Maverick 400B) "
-                     "include them, its active 17B does not.")
     return notes
 
 
@@ -201,7 +231,7 @@ def _attention(cfg: Config, family: str, hidden: int) -> Attention:
     if hidden % heads and cfg.opt_int("head_dim") is None:
         raise fail(None, f"{cfg.source}: missing required config field 'head_dim'",
                    f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
-    bias = cfg.flag("attention_bias")
+    bias = cfg.flag("attention_bias")  # (falcon, phi, starcoder2: compiler/hf/layouts.py)
     qk_norm = family in ("qwen3", "qwen3_moe", "gemma3_text") or \
         (family in ("glm4_moe", "minimax_m2") and cfg.flag("use_qk_norm"))
     return Attention(heads=heads, kv_heads=cfg.int("num_key_value_heads", heads),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Mapping
 
@@ -81,7 +81,7 @@ class Quant:
         if isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed) \
                 or value not in allowed:
             raise self.bad(key, f"import-hf reads {', '.join(json.dumps(a) for a in allowed)}")
-        return value
+        return allowed[allowed.index(value)]  # 4.0 in a config is read as the 4 allowed
 
     def kept(self, key: str, default: tuple[str, ...]) -> set[str]:
         """Roles the ignore list `key` keeps unquantized, plus `default`."""
@@ -427,4 +427,20 @@ def _inline(q: Quant, base: str) -> Formats:
             and q.data.get("quant_method") is None:
         return modelopt(q, base)
     method = q.pick("quant_method", tuple(_METHODS))
-    return _METHODS[method](q, base)
+    out = _METHODS[method](q, base)
+    if method in _OWN_KV or q.data.get("kv_cache_scheme") is None:
+        return out
+    return _with_kv(out, _ct_kv(q, base), base)
+
+
+# Methods that read `kv_cache_scheme` themselves; for every other form it is read here.
+_OWN_KV = ("modelopt", "compressed-tensors")
+
+
+def _with_kv(out: Formats, kv: str, base: str) -> Formats:
+    """A method's formats with the KV cache `kv_cache_scheme` gives (vLLM honours it
+    beside any weight format)."""
+    scheme = out.scheme.replace(f"{base} KV cache", f"{kv} KV cache")
+    if scheme == out.scheme:
+        scheme += f"; {kv} KV cache (kv_cache_scheme)"
+    return replace(out, kv=kv, scheme=scheme)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infest.compiler.passes.policy import STANDARD_TP
 from infest.compiler.hf.quant import Formats
 
 _OP_COLUMN = 54  # where `group` and trailing comments start, as in the shipped specs
@@ -78,6 +79,14 @@ class Arch:
     context: int | None = None          # trained context in tokens, if the config says
     post_norms: bool = False            # Gemma: RMSNorm on attention and MLP outputs
     notes: tuple[str, ...] = ()         # family-specific header lines (approximations)
+    norm: str = "rmsnorm"               # the norm op: rmsnorm, or layernorm (with a bias)
+    post_only: bool = False             # OLMo 2, EXAONE 4: norms on the outputs only
+    parallel: int = 0                   # attention and MLP side by side from one input:
+                                        # 1 norm shared (Phi, Falcon-7B), 2 norms (Falcon-40B)
+    gated: bool = True                  # False: up, activation (`glu`), down
+    head_bias: bool = False             # the LM head has a bias (Phi)
+    mtp_layers: int = 0                 # multi-token-prediction layers: held, not run
+    vision: tuple[int, str] | None = None  # a vision tower's params and what it is: held
 
 
 # ---- text from the config ------------------------------------------------------------
@@ -99,19 +108,21 @@ def render(arch: Arch) -> str:
     lines[-1:-1] = _layer_defs(arch)
     for count, kinds in _runs(arch):
         lines += _repeat(arch, count, kinds)
-    head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if arch.tied else "")
+    head = f"logits = linear({arch.norm}(x), hidden -> vocab" + (", tied=1" if arch.tied else "") \
+        + (", bias=1" if arch.head_bias else "")
     # Engines compute logits only at the position they sample from: one token a sequence.
     lines.append(op_line(head + _kw(arch, "lm_head") + ", last_token=1)", 1, group="lm_head"))
-    return "\n".join(lines + ["}", ""])
+    return "\n".join(lines + held_lines(arch) + ["}", ""])
 
 
 def _policy_lines(arch: Arch) -> list[str]:
     """The shipped specs' policies: `full` (Megatron tensor parallel; routed experts over
     ep with dispatch and combine) and, for MoE, `experts_only`."""
-    groups = ["embedding", "attention"] + (["mlp"] if arch.ffn else [])
+    present = {"embedding", "attention", "lm_head"} | ({"mlp"} if arch.ffn else set())
     if arch.experts and arch.experts.shared_ffn:
-        groups.append("shared_expert")
-    split = f"split {', '.join(groups + ['lm_head'])} over tp"
+        present.add("shared_expert")
+    groups = [g for g in STANDARD_TP if g in present]  # the one standard split (policy.py)
+    split = f"split {', '.join(groups)} over tp"
     if not arch.experts:
         return [f"  policy full {{ {split} }}"]
     return ["  policy full {", f"    {split}", "    split experts over ep by all_to_all", "  }",
@@ -186,6 +197,8 @@ def _param_lines(arch: Arch) -> list[str]:
 def _params(arch: Arch) -> list[list[tuple[str, str]]]:
     """The model's params by topic; values are formatted ints (or `hidden / heads`)."""
     size = [("hidden", str(arch.hidden)), ("layers", str(arch.layers))]
+    size += [("mtp_layers", str(arch.mtp_layers))] if arch.mtp_layers else []
+    size += [("vision_params", str(arch.vision[0]))] if arch.vision else []
     if _dense_prefix(arch) is not None:
         size.append(("dense_layers", str(_dense_prefix(arch))))
     mlp = [("ffn", str(arch.ffn))] if arch.ffn is not None else []
@@ -344,25 +357,64 @@ def _layer_defs(arch: Arch) -> list[str]:
         body = _attention_lines(arch, kind) + _mlp_lines(arch, kind)
         lines += layer_block(_layer_name(arch, kind), params, body,
                              None if i else comment)
+    return lines + (_mtp_layer(arch) if arch.mtp_layers else [])
+
+
+def _mtp_layer(arch: Arch) -> list[str]:
+    """DeepSeek-style multi-token prediction: the next token's embedding and the main
+    model's last hidden state, each RMSNormed, projected together (eh_proj, written as its
+    two halves), one decoder layer like the model's last, and a final norm."""
+    last = arch.plan[-1]
+    call = layer_call(_layer_name(arch, last), ["0"] if _windowed(arch) else [])
+    body = [op_line("e = rmsnorm(x)", 2, group="norm", comment="enorm: the next token's embedding"),
+            op_line("n = rmsnorm(x)", 2, comment="hnorm: the main model's hidden state"),
+            op_line("pe = linear(e, hidden -> hidden)", 2, group="mtp_proj",
+                    comment="eh_proj, the embedding's half"),
+            op_line("pn = linear(n, hidden -> hidden)", 2, comment="eh_proj, the hidden state's half"),
+            op_line("x = add(pe, pn)", 2), call,
+            op_line("x = rmsnorm(x)", 2, group="norm", comment="the MTP head's norm")]
+    return layer_block("mtp", ["x"], body, "Multi-token prediction: one draft layer; the "
+                       "embedding and LM head are the main model's (engines share them).")
+
+
+def held_lines(arch: Arch) -> list[str]:
+    """The weights a step holds but does not run, after the logits: the vision tower
+    (group vision) and the MTP layers (group mtp, calling `layer mtp`)."""
+    lines = []
+    if arch.vision:
+        lines.append(op_line("vis = held(params = vision_params)", 1, group="vision",
+                             comment="vision tower: held, not run in decode"))
+    if arch.mtp_layers:
+        lines += [op_line("draft = held(x)", 1, group="mtp", suffix="{",
+                          comment="MTP layers: held, not run in a plain step"),
+                  "    repeat mtp_layers {", "      x = mtp(x)", "    }", "  }"]
     return lines
 
 
 def _attention_lines(arch: Arch, kind: Layer) -> list[str]:
     att = arch.attention
-    lines = [op_line("h = rmsnorm(x)", 2, group="norm")]
+    if arch.post_only:  # OLMo 2 / EXAONE 4: the sublayer reads the residual itself
+        return _gqa_lines(arch, kind, "x") + [
+            op_line("po = rmsnorm(o)", 2, group="norm", comment="post_attention_layernorm"),
+            op_line("x = add(x, po)", 2),
+            op_line("fuse attn_norm_add { po, x }", 2, comment="RMSNorm + residual add, one kernel")]
+    lines = [op_line(f"h = {arch.norm}(x)", 2, group="norm")]
     lines += _mla_lines(arch) if att.mla is not None else _gqa_lines(arch, kind)
+    if arch.parallel:  # the MLP reads the same input; both outputs join the residual after
+        return lines
     if arch.post_norms:
         return lines + [op_line("po = rmsnorm(o)", 2, group="norm",
                             comment="post_attention_layernorm"), op_line("x = add(x, po)", 2)]
     return lines + [op_line("x = add(x, o)", 2)]
 
 
-def _gqa_lines(arch: Arch, kind: Layer) -> list[str]:
+def _gqa_lines(arch: Arch, kind: Layer, src: str = "h") -> list[str]:
     att, kw = arch.attention, _kw(arch, "attention")
     qkv = ", bias=1" if att.qkv_bias else ""
-    lines = [op_line(f"q = linear(h, hidden -> heads * head_dim{qkv}{kw})", 2, group="attention"),
-             op_line(f"k = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
-             op_line(f"v = linear(h, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
+    lines = [op_line(f"q = linear({src}, hidden -> heads * head_dim{qkv}{kw})", 2,
+                     group="attention"),
+             op_line(f"k = linear({src}, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
+             op_line(f"v = linear({src}, hidden -> kv_heads * head_dim{qkv}{kw})", 2),
              op_line("fuse qkv { q, k, v }", 2, comment="one GEMM, concatenated weights")]
     if att.qk_norm:
         dim, what = ("", "over all heads") if att.qk_norm_whole else \
@@ -424,6 +476,8 @@ def _indexer_lines(arch: Arch) -> list[str]:
 
 
 def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:
+    if arch.post_only or arch.parallel or not arch.gated:
+        return _plain_mlp_lines(arch, kind)
     post = "po, " if arch.post_norms else ""
     lines = [op_line("h = rmsnorm(x)", 2, group="norm"),
              op_line(f"fuse add_norm {{ {post}x, h }}", 2,
@@ -435,6 +489,45 @@ def _mlp_lines(arch: Arch, kind: Layer) -> list[str]:
             return lines + _post_mlp_lines(arch)
         return lines + [op_line("x = add(x, d)", 2)] + _glu_fusions(arch, "gate_up", "down_add", "d")
     return lines + _moe_lines(arch)
+
+
+def _plain_mlp_lines(arch: Arch, kind: Layer) -> list[str]:
+    """The MLP of a post-norm layer (OLMo 2: it reads the residual, a norm on its output)
+    or of a parallel one (Phi, Falcon, Cohere: it reads the attention's input; both
+    outputs join the residual); dense, gated or not."""
+    src = "x" if arch.post_only else "h"
+    lines = []
+    if arch.parallel == 2:  # Falcon-40B: its own LayerNorm (ln_mlp)
+        lines, src = [op_line(f"h2 = {arch.norm}(x)", 2, group="norm", comment="ln_mlp")], "h2"
+    if not (arch.parallel or arch.post_only):  # StarCoder2: a pre-norm, ungated MLP
+        return [op_line(f"h = {arch.norm}(x)", 2, group="norm")] + _ffn_lines(arch, kind, src) \
+            + [op_line("x = add(x, d)", 2), _up_fusion(arch)]
+    lines += _ffn_lines(arch, kind, src)
+    if arch.post_only:
+        return lines + [op_line("pd = rmsnorm(d)", 2, group="norm",
+                                comment="post_feedforward_layernorm"),
+                        op_line("x = add(x, pd)", 2), _up_fusion(arch),
+                        op_line("fuse post_norm_add { pd, x }", 2,
+                                comment="RMSNorm + residual add, one kernel")]
+    return lines + [op_line("x = add(x, o)", 2), op_line("x = add(x, d)", 2), _up_fusion(arch)]
+
+
+def _ffn_lines(arch: Arch, kind: Layer, src: str) -> list[str]:
+    bias = (", bias=1" if arch.mlp_bias else "") + _kw(arch, "mlp")
+    if arch.gated:
+        return [line.replace("linear(h,", f"linear({src},")
+                for line in _glu_lines(arch, "ffn", bias, 2, "mlp")]
+    return [op_line(f"u = linear({src}, hidden -> ffn{bias})", 2, group="mlp",
+                    comment="not gated: up, activation, down"),
+            op_line(f"d = linear({arch.glu}(u), ffn -> hidden{bias})", 2)]
+
+
+def _up_fusion(arch: Arch) -> str:
+    """The up GEMM (gate+up when gated) with the activation in its epilogue."""
+    if arch.gated:
+        return _glu_fusions(arch, "gate_up", "", "d")[0]
+    return op_line(f"fuse up_act {{ u, d.{arch.glu} }}", 2,
+                   comment="up GEMM with the activation in its epilogue")
 
 
 def _post_mlp_lines(arch: Arch) -> list[str]:

@@ -6,7 +6,7 @@ Each file is one JSON object:
      "launch_overhead": {"value": 1.5e-6, "source": "..."},
      "fields": {"step_overhead": {"value": 2e-4, "source": "..."}, ...}}
 
-`fields` sets the estimate's parameters (compiler/load/estimate_fields.py) and the
+`fields` sets the estimate's parameters (compiler/load/fields.py, role "estimate") and the
 efficiencies (eff_mem, eff_flops, eff_link) an engine reaches; every number carries its
 source. A hardware file's own field and --set win over the engine's (the engine is a
 default, the measured GPU is not). A malformed file is an error naming it.
@@ -51,7 +51,8 @@ def load_profiles(folder: Path | None = None) -> dict[str, Profile]:
 
 def read_profile(path: Path) -> Profile:
     """One profile file, checked: known fields, numbers with sources, values in range."""
-    from infest.compiler.load.hardware import FIELD_DOC, in_range, sign_rule
+    from infest.compiler.load.fields import FIELDS
+    from infest.compiler.load.hardware import in_range, sign_rule
     where = Span(str(path), 1, 1, 1, 2)
     if path.stat().st_size > MAX_PROFILE_BYTES:
         raise fail(where, f"engine profile larger than {MAX_PROFILE_BYTES} bytes (MAX_PROFILE_BYTES)")
@@ -65,7 +66,7 @@ def read_profile(path: Path) -> Profile:
         raise fail(where, f"'fields' must be an object of at most {MAX_PROFILE_FIELDS} entries")
     fields, sources = {}, {}
     for name, entry in raw.items():
-        if name not in FIELD_DOC:
+        if name not in FIELDS or not FIELDS[name].hardware:
             raise fail(where, f"engine profile sets unknown field '{name}'")
         fields[name], sources[name] = _number(entry, name, where)
         if not in_range(name, fields[name]):

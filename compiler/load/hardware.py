@@ -5,56 +5,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
-from infest.dsl.errors import Collector, Span, SpecError, fail
+from infest.compiler.core.keys import BUILTINS, PARALLEL
+from infest.compiler.load.fields import (ESTIMATE_DEFAULTS, FIELD_TABLE, FIELDS, HARDWARE_FIELDS,
+                                         MAY_BE_ZERO, MEASURED, REQUIRED, SHARES)
+from infest.dsl.errors import Collector, Span, SpecError, did_you_mean, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
-from infest.compiler.load.estimate_fields import ESTIMATE_DEFAULTS, ESTIMATE_FIELDS
 
-# Known fields and the dimension of their unit; others may carry any unit.
-FIELD_DOC = {
-    "mem_capacity": ("device memory capacity", BYTES),
-    "mem_bw": ("device memory (HBM) bandwidth", BANDWIDTH),
-    "launch_overhead": ("smallest time any kernel takes", TIME),
-    "sms": ("streaming multiprocessors", COUNT),
-    "link_bw": ("GPU-to-GPU link inside a node, one GPU, one direction", BANDWIDTH),
-    "link_latency": ("time per collective call inside a node", TIME),
-    "gpus_per_node": ("GPUs joined by the link", COUNT),
-    "net_bw": ("network between nodes, one GPU, one direction", BANDWIDTH),
-    "net_latency": ("time per collective call between nodes", TIME),
-    "host_bw": ("GPU-to-host (CPU memory) link, one direction", BANDWIDTH),
-    "host_capacity": ("host (CPU) memory for offload", BYTES),
-    "eff_mem": ("achievable share of mem_bw (estimate)", COUNT),
-    "eff_flops": ("achievable share of every flops_* peak (estimate)", COUNT),
-    "eff_link": ("achievable share of link and network speed (estimate)", COUNT),
-    **{f.name: (f.doc + " (estimate)", f.dimension) for f in ESTIMATE_FIELDS},
-}
-# Efficiencies: achievable ceiling / datasheet ceiling, in (0, 1]. The estimate divides
-# each bound term by its efficiency (compiler/core/terms.py), so it never beats the bound. A
-# hardware spec or --set may give measured values; without them these defaults apply:
-# - eff_mem 0.8: the HBM derate performance tools in use apply; a pure device-to-device
-#   copy reaches more (~4.3 of 4.8 TB/s = 0.9 measured on one H200 through PyTorch), a
-#   decode step's many smaller reads less. 0.8 is an assumption between the two.
-# - eff_flops 0.7: an 8192^3 bf16 matmul reaches ~790 of 989 TFLOP/s (0.8, measured on one
-#   H200, random data); inference GEMMs are smaller and skinnier. 0.7 is an assumption.
-# - eff_link 0.8: an assumption: NCCL ring all-reduce bus bandwidth on NVLink reaches
-#   roughly 0.8 of the link's datasheet speed at large messages; it also derates the
-#   per-call latency (the whole collective time is divided by it).
-# A spec that carries a measured ceiling beside the datasheet one (mem_bw_measured,
-# flops_bf16_measured) gets measured / datasheet instead; an eff_* field wins over both.
-# `infest calibrate` fits all three to measured step times.
-EFFICIENCIES = {"eff_mem": Fraction(4, 5), "eff_flops": Fraction(7, 10),
-                "eff_link": Fraction(4, 5)}
-MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),
-            "eff_flops": ("flops_bf16_measured", "flops_bf16")}
-# Fields a what-if may set to 0 (one source of truth for hardware files and --set): fixed
-# per-kernel and per-message costs, and the offload inputs (no expert resident, no measured
-# hits: compiler/passes/offload.py). Bandwidths, peaks and capacities divide or bound, so they
-# stay positive.
-MAY_BE_ZERO = frozenset({"launch_overhead", "link_latency", "net_latency", "gpu_experts",
-                         "hit_rate"} | {f.name for f in ESTIMATE_FIELDS if f.may_be_zero})
-# Shares in (0, 1]: the efficiencies above and the estimate's own (eff_attn).
-SHARES = frozenset(EFFICIENCIES) | {f.name for f in ESTIMATE_FIELDS if f.share}
-FIELD_DIMENSIONS = {name: dim for name, (_, dim) in FIELD_DOC.items()}
-REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")
+# The fields, their units, defaults and rules live in one table (compiler/load/fields.py);
+# the names below are re-exported for the modules that check values against it.
+FIELD_DIMENSIONS = {f.name: f.dimension for f in FIELD_TABLE}
 _COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "
                       "with a unit, K/M/G are decimal (80 MB = 80e6) and Ki/Mi/Gi binary (80 MiB)")
 if TYPE_CHECKING:  # the evaluator reads the field rules without the language's AST
@@ -84,31 +43,31 @@ class CompiledHardware:
 
 def efficiencies(fields: Mapping[str, HwValue]) -> dict[str, Fraction]:
     """A hardware's efficiencies and the estimate's other parameters: its own fields, else
-    measured / datasheet ceilings where it carries both (MEASURED), else the documented
-    defaults (EFFICIENCIES, compiler/load/estimate_fields.py)."""
-    out = {**EFFICIENCIES, **ESTIMATE_DEFAULTS}
+    measured / datasheet ceilings where it carries both and the measured one is not blank
+    (0), else the documented defaults (compiler/load/fields.py ESTIMATE_DEFAULTS)."""
+    out = dict(ESTIMATE_DEFAULTS)
     for eff, (measured, peak) in MEASURED.items():
-        if measured in fields and peak in fields:
+        if measured in fields and peak in fields and fields[measured].value > 0:
             out[eff] = min(Fraction(1), fields[measured].value / fields[peak].value)
     out.update({k: fields[k].value for k in out if k in fields})
     return out
 
 
 def expected_dimension(name: str) -> str | None:
-    """The unit dimension a field must have (flops_* are FLOP/s)."""
-    return FLOPS_RATE if name.startswith("flops_") else FIELD_DIMENSIONS.get(name)
+    """The unit dimension a field must have."""
+    return FIELD_DIMENSIONS.get(name)
 
 
 def may_be_zero(name: str) -> bool:
-    """Whether a hardware field (or a --set of it) may be 0: a latency, not a rate."""
+    """Whether a hardware field (or a --set of it) may be 0: a latency, a peak the GPU
+    lacks, a measured ceiling not measured, an absent network (fields.py `zero`)."""
     return name in MAY_BE_ZERO
 
 
 def field_doc(name: str) -> tuple[str, str]:
     """(description, base unit) of a hardware field."""
-    if name.startswith("flops_"):
-        return f"peak {name[6:]} math", "FLOP/s"
-    return FIELD_DOC.get(name, (name.replace("_", " "), ""))  # dimensions are base units
+    f = FIELDS.get(name)
+    return (f.doc, f.unit) if f else (name.replace("_", " "), "")
 
 
 def sign_rule(name: str) -> str:
@@ -143,9 +102,23 @@ def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
     return CompiledHardware(hw.name, hw.title, file, fields, hw.name_span)
 
 
+def _foreign(f: ast.HwField) -> SpecError:
+    """A name a hardware block may not set: an input of the model or the run (B, tp,
+    hit_rate, ...) or a typo. Hardware blocks set hardware fields only."""
+    if f.name in FIELDS or f.name in BUILTINS + PARALLEL:
+        return fail(f.span, f"'{f.name}' is not a hardware field",
+                    f"it is an input of the run: --set {f.name}=...")
+    return fail(f.span, f"unknown hardware field '{f.name}'",
+                did_you_mean(f.name, HARDWARE_FIELDS)
+                or "hardware blocks set hardware fields only (see `infest list`); "
+                "set inputs such as B or tp with --set")
+
+
 def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if f.name in seen:
         raise fail(f.span, f"hardware field '{f.name}' is set twice")
+    if f.name not in HARDWARE_FIELDS:
+        raise _foreign(f)
     from infest.dsl.ast import Num
     if not isinstance(f.value, Num):
         raise fail(f.value.span, "hardware fields take a literal with a unit",

@@ -7,11 +7,12 @@ a stray `import "/etc/passwd"` never gets as far as quoting someone else's file.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from infest.compiler.load import files
+from infest.compiler.load.files import MAX_SPEC_BYTES, Read
 from infest.dsl import ast
 from infest.dsl.errors import SpecError, Span, did_you_mean, fail
 from infest.dsl.parser import parse
@@ -25,6 +26,28 @@ class Program:
     hardware: dict[str, tuple[ast.Hardware, str]] = field(default_factory=dict)
     own_models: list[str] = field(default_factory=list)  # defined in the root file
     files: list[Path] = field(default_factory=list)      # every file read, resolved
+    reads: list[Read] = field(default_factory=list)      # what the parser read (cache keys)
+    lookups: list[Lookup] = field(default_factory=list)  # each name -> the file it found
+    code: int = 0                                        # code characters parsed so far
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One name resolved to a file: an import (`folder` the importer's) or a spec or
+    hardware argument (`folder` the working folder). `found` is the absolute path chosen
+    (links kept) or "" where nothing was found; replaying the lookup must find it again."""
+
+    kind: str      # "import", "spec" or "hardware"
+    folder: str
+    name: str
+    found: str
+
+    def still_holds(self) -> bool:
+        """The same name, looked up again now, finds the same file."""
+        try:
+            return _lookup_now(self) == self.found
+        except Exception:  # noqa: BLE001 -- anything unexpected: not the same answer
+            return False
 
 
 def shipped_dir() -> Path:
@@ -37,35 +60,20 @@ def shipped(kind: str) -> dict[str, Path]:
     return {p.stem: p for p in sorted((shipped_dir() / kind).glob("*.arch"))}
 
 
-MAX_SPEC_BYTES = 1 << 20   # one spec file; the largest shipped one is under 10 kB
 MAX_IMPORT_DEPTH = 32      # files on one import chain
+# All files one job parses together (a spec, its imports, a hardware file): parsing runs
+# at roughly 0.2 MB/s, so this keeps a job's parsing within a few seconds.
+MAX_PROGRAM_BYTES = 1 << 20
+# Parsing costs per byte of code, not of comments (about 50-100 kB of code per second): the
+# code of one job's files (each line up to its `#`, blanks dropped) is bounded too.
+MAX_PROGRAM_CODE = 256 << 10
 
 
 def read_text(path: Path, span: Span | None = None, limit: int = MAX_SPEC_BYTES,
               limit_name: str = "MAX_SPEC_BYTES") -> str:
-    """A regular file's UTF-8 text of at most `limit` bytes, or a located error."""
-    try:
-        data = _read_regular(path, limit + 1)  # one byte more tells "too big" from "exactly"
-        if len(data) > limit:
-            raise fail(span, f"cannot read '{path}': larger than {limit_name} = {_size(limit)}")
-        return data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise fail(span, f"cannot read '{path}': {reason}") from None
-
-
-def _read_regular(path: Path, most: int) -> bytes:
-    """At most `most` bytes of a regular file. Opened non-blocking so that a FIFO cannot
-    hang the open, then checked on the open descriptor (no race with a swapped path)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file", str(path))
-        return handle.read(most)
-
-
-def _size(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
+    """A regular file's UTF-8 text of at most `limit` bytes, or a located error (the one
+    read helper, compiler/load/files.py)."""
+    return files.read_text(path, span, limit, limit_name)
 
 
 def resolve_spec(path: Path) -> Path:
@@ -84,7 +92,9 @@ def resolve_spec(path: Path) -> Path:
 def load_program(path: Path) -> Program:
     """Parse a file and its imports (each once; an import cycle is an error)."""
     program = Program()
-    _load(resolve_spec(Path(path)), program, stack=[], done=set(), root=True)
+    root = resolve_spec(Path(path))
+    program.lookups.append(Lookup("spec", os.getcwd(), str(path), os.path.abspath(root)))
+    _load(root, program, stack=[], done=set(), root=True)
     return program
 
 
@@ -102,29 +112,79 @@ def _load(path: Path, program: Program, stack: list[Path], done: set[Path],
         raise fail(span, f"import cycle: {chain}")
     if resolved in done:
         return
-    spec = parse(read_text(path, span), str(path))
+    text, read = files.read_recorded(path, span, *_bytes_left(program))
+    program.code += _check_code(text, program.code, path, span)
+    spec = parse(text, str(path))
     program.files.append(resolved)
+    program.reads.append(read)
     stack.append(resolved)
     for item in spec.items:
         if isinstance(item, ast.Import):
-            _load(_import_path(path, item), program, stack, done, span=item.span)
+            found = _import_path(path, item)
+            program.lookups.append(Lookup("import", os.path.abspath(path.parent), item.path,
+                                          os.path.abspath(found)))
+            _load(found, program, stack, done, span=item.span)
         else:
             _register(item, str(path), program, root)
     stack.pop()
     done.add(resolved)
 
 
+def _check_code(text: str, spent: int, path: Path, span: Span | None) -> int:
+    """The code characters of a file (what parsing costs), refused past MAX_PROGRAM_CODE
+    for the job before the parser starts."""
+    code = sum(len("".join(line.split("#", 1)[0].split())) for line in text.split("\n"))
+    if spent + code > MAX_PROGRAM_CODE:
+        raise fail(span, f"cannot read '{path}': {spent + code:,} characters of code in this "
+                   f"job's files, more than MAX_PROGRAM_CODE = {MAX_PROGRAM_CODE:,}",
+                   "a spec is a few kB: `repeat` multiplies layers without writing them out")
+    return code
+
+
+def _bytes_left(program: Program) -> tuple[int, str]:
+    """The byte limit for the next file: MAX_SPEC_BYTES, or less where the job's files
+    already read leave less of MAX_PROGRAM_BYTES (the limit named as the error says it)."""
+    spent = sum(r.size for r in program.reads)
+    if MAX_PROGRAM_BYTES - spent >= MAX_SPEC_BYTES:
+        return MAX_SPEC_BYTES, "MAX_SPEC_BYTES"
+    return (max(0, MAX_PROGRAM_BYTES - spent),
+            f"what MAX_PROGRAM_BYTES ({MAX_PROGRAM_BYTES} bytes, all files of one job) "
+            f"leaves after {spent} bytes already read")
+
+
 def _import_path(importer: Path, item: ast.Import) -> Path:
     """Relative to the importing file, else a shipped spec of that relative name."""
-    local = importer.parent / item.path
-    if local.exists():
-        return local
-    for candidate in (shipped_dir() / item.path, shipped_dir() / "hardware" / item.path,
-                      shipped_dir() / "models" / item.path):
+    found = find_import(importer.parent, item.path)
+    if found is None:
+        raise fail(item.span, f"cannot find imported file '{item.path}'",
+                   f"paths are relative to {importer.parent or '.'}")
+    return found
+
+
+def find_import(folder: Path, name: str) -> Path | None:
+    """The file an import names: beside the importer, else shipped (the first that exists)."""
+    for candidate in (folder / name, shipped_dir() / name, shipped_dir() / "hardware" / name,
+                      shipped_dir() / "models" / name):
         if candidate.exists():
             return candidate
-    raise fail(item.span, f"cannot find imported file '{item.path}'",
-               f"paths are relative to {importer.parent or '.'}")
+    return None
+
+
+def find_hardware(name: str) -> Path | None:
+    """A --hw argument's file: a shipped hardware name wins, else a path that exists."""
+    path = shipped("hardware").get(name) or Path(name)
+    return path if path.exists() else None
+
+
+def _lookup_now(lookup: Lookup) -> str:
+    """Where a recorded lookup leads today ("" where it finds nothing)."""
+    if lookup.kind == "import":
+        found = find_import(Path(lookup.folder), lookup.name)
+    elif lookup.kind == "hardware":
+        found = find_hardware(lookup.name)
+    else:
+        found = resolve_spec(Path(lookup.folder) / lookup.name)
+    return os.path.abspath(found) if found is not None else ""
 
 
 def _register(item: ast.Model | ast.Hardware, file: str, program: Program, root: bool) -> None:

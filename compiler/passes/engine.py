@@ -172,13 +172,17 @@ def fuse(model: "CompiledModel") -> "CompiledModel":
 def _saved_bytes(ops: list["OpNode"], group: dict[str, int],
                  consumers: dict[str, list["OpNode"]]) -> dict[str, sympy.Expr]:
     """Activation bytes each member no longer moves: a tensor whose every consumer is in
-    its producer's group is neither written nor read back (`custom` ops, whose bytes are
-    the spec's own, never take part)."""
+    its producer's group is neither written nor read back (ops whose fusion facet is
+    "opaque", compiler/core/ops.py: `custom`, whose bytes are the spec's own, never take part)."""
+    from infest.compiler.core.ops import OPS
     saved: dict[str, sympy.Expr] = {}
+
+    def opaque(o: "OpNode") -> bool:
+        return OPS[o.kind].fusion == "opaque"
     for op in ops:
         users = consumers.get(op.name, [])
-        if op.name not in group or op.kind == "custom" or not users or any(
-                group.get(u.name) != group[op.name] or u.kind == "custom" for u in users):
+        if op.name not in group or opaque(op) or not users or any(
+                group.get(u.name) != group[op.name] or opaque(u) for u in users):
             continue
         saved[op.name] = saved.get(op.name, 0) + _tensor_bytes(op, op)
         for user in {u.name: u for u in users}.values():

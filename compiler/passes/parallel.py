@@ -30,7 +30,8 @@ from infest.compiler.passes.collectives import Collective, Links, several
 from infest.compiler.core.constraints import Constraint
 from infest.compiler.core.cost import Cost
 from infest.compiler.core.functions import Max, Min
-from infest.compiler.passes.policy import Policy
+from infest.compiler.core.ops import OPS, PARALLEL_FACETS, element_bytes
+from infest.compiler.passes.policy import STANDARD_GROUPS, Policy, unplaced
 from infest.compiler.core.symbols import B, PARALLEL, T, sym
 
 if TYPE_CHECKING:
@@ -38,11 +39,6 @@ if TYPE_CHECKING:
 
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 ONE = sympy.Integer(1)
-_ELEMENTWISE = {"add", "mul", "silu_mul", "gelu_mul", "silu", "gelu", "relu", "sigmoid", "rope",
-                "softmax"}
-_LINEAR = {"linear", "router"}
-_NORMS = {"rmsnorm", "layernorm"}
-_ATTENTION = {"attention", "mla", "linear_attention"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +59,7 @@ class Layout:
 
     policy: str | None
     constraints: tuple[Constraint, ...]
+    derived: bool = False   # the policy was derived from group names (none declared)
 
 
 @dataclass
@@ -94,19 +91,33 @@ def shard(model: "CompiledModel", policy: Policy | None, links: Links) -> tuple[
     layout = tuple(walk.constraints.values())
     sharded = replace(model, ops=walk.ops, constraints=[*model.constraints, *layout])
     sharded.__dict__.pop("graph", None)  # a cached graph of the unsharded ops
-    return sharded, Layout(policy.name if policy else None, layout)
+    return sharded, Layout(policy.name if policy else None, layout,
+                           bool(policy and policy.derived))
 
 
 # ---- placing one op ----------------------------------------------------------------
 
 def _visit(op: "OpNode", w: _Walk) -> None:
     axis = w.policy.split(op.group) if w.policy else None
+    if w.policy is not None and unplaced(w.policy, op.group) and op.params != 0:
+        _unplaced(op, w)
     if axis == "ep" and (op.experts is not None or op.kind == "moe"):
         _expert_op(op, w)
         return
     w.in_body = None
-    rule = _RULES.get(op.kind, _replicated)
+    rule = PARALLEL_RULES[OPS[op.kind].parallel]  # every kind declares one (core/ops.py)
     rule(op, w, TP if axis == "tp" else None)  # `over ep` outside a moe body: replicated
+
+
+def _unplaced(op: "OpNode", w: _Walk) -> None:
+    """A weight-bearing op of a group no derived rule names: one GPU is fine, tp > 1 needs
+    the spec to say how to split it (never a silent replication)."""
+    # One check per group (the first weight-bearing op locates it).
+    w.need(Constraint("le", TP, ONE, f"tp <= 1 for group '{op.group}': it holds weights and, "
+                      "with no policy block in the model, only standard group names are split",
+                      op.span,
+                      "declare `policy full { split ... over tp }` naming how to split it, or "
+                      f"name the group one of {', '.join(STANDARD_GROUPS)}"))
 
 
 def _inputs(op: "OpNode", w: _Walk) -> list[tuple[str, Place]]:
@@ -151,10 +162,12 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
     """Append a collective op after `src`: `elements` values of the residual dtype
     (all-reduce) or the activation dtype (everything else) per call; `copies`: of how
     many routed copies of each token the payload is made (a dispatch's top_k)."""
-    from infest.compiler.core.ops import element_bytes
     dtype = src.dtypes.residual if kind == "all_reduce" else src.dtypes.act
-    cost = Cost(kernels=ONE, comm_bytes=elements * element_bytes(dtype))
-    calls = (src.count if count is None else count) * several(gpus)
+    # A held op (weights stored, not run) moves nothing: its collectives are never
+    # called (no bytes, no latency, not counted).
+    cost = Cost(kernels=sympy.S.Zero) if src.held else \
+        Cost(kernels=ONE, comm_bytes=elements * element_bytes(dtype))
+    calls = sympy.S.Zero if src.held else (src.count if count is None else count) * several(gpus)
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
                          params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,
                          kv_per_token=sympy.S.Zero, inputs=(w.alias.get(src.name, src.name),),
@@ -284,9 +297,12 @@ def _moe(op: "OpNode", w: _Walk, tp) -> None:
     _emit(op, w, inner_place, work=share)
 
 
-_RULES = {**{k: _linear for k in _LINEAR}, **{k: _norm for k in _NORMS},
-          **{k: _elementwise for k in _ELEMENTWISE}, **{k: _attention for k in _ATTENTION},
-          "embed": _embed, "moe": _moe, "conv1d": _conv1d}
+# The sharding rule of each `parallel` facet an op kind declares (compiler/core/ops.py).
+PARALLEL_RULES = {"linear": _linear, "embed": _embed, "attention": _attention, "norm": _norm,
+                  "elementwise": _elementwise, "conv1d": _conv1d, "moe": _moe,
+                  "replicated": _replicated}
+if set(PARALLEL_RULES) != set(PARALLEL_FACETS):  # a facet without a rule: fail on import
+    raise ImportError(f"parallel rules {sorted(PARALLEL_RULES)} != facets {sorted(PARALLEL_FACETS)}")
 
 
 # ---- routed experts over ep ----------------------------------------------------------
@@ -311,11 +327,12 @@ def _expert_op(op: "OpNode", w: _Walk) -> None:
 
 
 def _dispatch(src: "OpNode", w: _Walk, g, batch, top_k, what: str) -> None:
-    """All-to-all of each GPU's share of the group's tokens, top_k copies of each."""
+    """All-to-all of each GPU's share of the group's tokens, top_k copies of each; not
+    called at ep = 1 (no expert parallelism: every GPU holds a slice of every expert)."""
     width = src.width if what == "combine" else src.args.get("d_in", src.width)
     tokens = batch * T / g
     _collective(w, src, "all_to_all", g, tokens * top_k * width, f"{src.name}.{what}",
-                copies=top_k)
+                count=src.count * several(EP), copies=top_k)
 
 
 def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:
@@ -332,8 +349,14 @@ def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:
         return
     _emit(op, w, WHOLE, work=1 / g, batch=batch)
     _dispatch(op, w, g, batch, top_k, "combine")
-    # Each GPU now holds the outputs of its share of the replica's tokens: gather them.
-    _collective(w, op, "all_gather", TP, B * T / DP * op.width, f"{op.name}.all_gather")
+    spread, out = several(EP), B * T / DP * op.width
+    # ep > 1: each GPU now holds the outputs of its share of the replica's tokens: gather
+    # them over tp. ep = 1 (no expert parallelism, as vLLM runs it): tokens stayed
+    # replicated and every expert is split tp ways, so one all-reduce sums the partial
+    # outputs instead. Exactly one of the two is called (its count is 0 otherwise).
+    _collective(w, op, "all_gather", TP, out, f"{op.name}.all_gather", count=op.count * spread)
+    _collective(w, op, "all_reduce", TP, out, f"{op.name}.all_reduce",
+                count=op.count * (1 - spread))
     w.alias[op.name] = w.ops[-1].name
 
 
@@ -341,14 +364,20 @@ def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:
 
 def _finish_output(w: _Walk) -> None:
     """The step's output (logits) must end whole where the next token is sampled."""
-    last = w.model.ops[-1]
+    last = _last_run(w.model.ops)
     _whole(last.name, w.places[last.name], w)
+
+
+def _last_run(ops: list["OpNode"]) -> "OpNode":
+    """The last op a step runs (held weights, which follow the logits, run in none)."""
+    return next((op for op in reversed(ops) if not op.held), ops[-1])
 
 
 def _pipeline(w: _Walk) -> None:
     """pp - 1 hand-offs of the residual stream between consecutive stages."""
-    width = w.model.stage_width if w.model.stage_width is not None else w.model.ops[-1].width
-    last = w.ops[-1]
+    width = w.model.stage_width if w.model.stage_width is not None else \
+        _last_run(w.model.ops).width
+    last = _last_run(w.ops)
     hand_off = replace(last, group="pipeline", width=width)
     _collective(w, hand_off, "send_recv", TP * PP, B * T / DP * width, "stages.send_recv",
                 count=PP - 1)

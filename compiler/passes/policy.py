@@ -12,6 +12,10 @@ routed experts of a moe block over GPUs; `by all_to_all` sends tokens to the GPU
 hold their experts (dispatch and combine), the default `by all_reduce` keeps tokens
 replicated and sums the partial expert outputs. Groups a policy does not name are
 replicated on every GPU. `compiler/passes/parallel.py` derives the rest from the graph.
+
+A spec that declares no policy gets `full` derived from its conventional group names
+(STANDARD_SPLIT, the split import-hf writes): nothing is replicated silently, and a
+group that holds weights outside that list refuses tp > 1 (the sharding pass's check).
 """
 from __future__ import annotations
 
@@ -27,6 +31,12 @@ if TYPE_CHECKING:
 AXES = {"tp": "tensor parallel", "ep": "expert parallel"}
 MODES = ("all_reduce", "all_to_all")
 DEFAULT_POLICY = "full"
+# The standard split by conventional group name (vLLM's and Megatron's): what import-hf
+# writes into `policy full` (compiler/hf/render.py) and what a spec without a policy gets.
+STANDARD_TP = ("embedding", "attention", "mlp", "shared_expert", "lm_head")
+STANDARD_EP = ("experts",)                                   # over ep by all_to_all
+STANDARD_REPLICATED = ("norm", "router", "latent", "indexer")
+STANDARD_GROUPS = STANDARD_TP + STANDARD_EP + STANDARD_REPLICATED
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,7 @@ class Policy:
     name: str
     axis: dict[str, str] = field(default_factory=dict)
     mode: dict[str, str] = field(default_factory=dict)
+    derived: bool = False   # derived from group names (the spec declares no policy)
 
     def split(self, group: str) -> str | None:
         """The axis a group is split over, or None if replicated."""
@@ -84,13 +95,13 @@ def _group_errors(split: ast.Split, group: str, groups: set[str], routed: set[st
     return []
 
 
-def resolve_policy(model: "CompiledModel", name: str | None) -> Policy | None:
-    """The policy to apply: the named one, else `full`, else the first declared, else
-    none (every op replicated; only pp and dp then spread the model)."""
+def resolve_policy(model: "CompiledModel", name: str | None) -> Policy:
+    """The policy to apply: the named one, else `full`, else the first declared; a model
+    that declares none gets `full` derived from its group names (derived_policy)."""
+    if not model.policies and name in (None, DEFAULT_POLICY):
+        return derived_policy(model)
     if name is None:
-        name = DEFAULT_POLICY if DEFAULT_POLICY in model.policies else next(iter(model.policies), None)
-        if name is None:
-            return None
+        name = DEFAULT_POLICY if DEFAULT_POLICY in model.policies else next(iter(model.policies))
     if name not in model.policies:
         declared = ", ".join(model.policies) or "none"
         raise fail(None, f"--policy {name}: model '{model.name}' declares no such policy",
@@ -102,3 +113,20 @@ def _checked(d: ast.PolicyDef) -> Policy:
     axis = {g: s.axis for s in d.splits for g in s.groups}
     mode = {g: s.by or MODES[0] for s in d.splits for g in s.groups if s.axis == "ep"}
     return Policy(d.name, axis, mode)
+
+
+def derived_policy(model: "CompiledModel") -> Policy:
+    """`full` from the model's group names: STANDARD_TP over tp, routed `experts` over ep
+    by all_to_all, the rest replicated (a weight-bearing group outside STANDARD_GROUPS
+    then refuses tp > 1: compiler/passes/parallel.py)."""
+    groups = {op.group for op in model.ops}
+    routed = {op.group for op in model.ops if op.experts is not None}
+    axis = {g: "tp" for g in STANDARD_TP if g in groups}
+    axis.update({g: "ep" for g in STANDARD_EP if g in routed})
+    mode = {g: "all_to_all" for g, a in axis.items() if a == "ep"}
+    return Policy(DEFAULT_POLICY, axis, mode, derived=True)
+
+
+def unplaced(policy: Policy, group: str) -> bool:
+    """Whether a derived policy has no rule for this group (not a conventional name)."""
+    return policy.derived and group not in STANDARD_GROUPS

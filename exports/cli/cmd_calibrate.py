@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
         note = (f"fitted by infest calibrate to {len(rows)} rows of {path.name}, median error "
                 f"{result['errors']['median']:.1%}")
         text = cal.calibrated_text(hw, {k: effs[k] for k in effs if result["fitted"][k]}, note)
-        Path(args.out).write_text(text)
+        from infest.exports.output import argument_inputs, write_output
+        write_output(args.out, text, [hw.file, *argument_inputs(args, ("out",)),
+                                      *(p.row.spec for p in prepared)], "-o")
         load_hardware(args.out)  # the written spec must load
     print(json.dumps(result, indent=2) if args.json else _text(result))
     return 0

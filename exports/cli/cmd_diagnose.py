@@ -40,26 +40,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured speedup at GPUS-way parallelism (Amdahl), e.g. 8=2.44")
     p.add_argument("--depth", metavar="N=RATE", action="append", default=[],
                    help="measured tokens/s at context N, e.g. 32k=95")
+    add_served_arguments(p)
     p.add_argument("--json", action="store_true", help="the diagnose --json object")
     p.add_argument("--out", metavar="DIAGNOSIS.md", help="also write a Markdown record")
     p.add_argument("--plot", metavar="FILE", help="plot --depth points against the bound")
 
 
+def add_served_arguments(p: argparse.ArgumentParser) -> None:
+    """A TPOT measured on a server: the request shape and load it ran under."""
+    g = p.add_argument_group("served measurement (--measured-step is then the TPOT)")
+    g.add_argument("--isl", type=int, metavar="TOKENS", help="prompt tokens per request")
+    g.add_argument("--osl", type=int, metavar="TOKENS", help="output tokens per request")
+    load = g.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=int, metavar="C", help="requests in flight")
+    load.add_argument("--rps", metavar="R", help="requests per second (Poisson arrivals)")
+    g.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                   help="the server's scheduling (default continuous: chunked prefill "
+                        "rides on the decode steps)")
+    g.add_argument("--chunk", type=int, metavar="TOKENS", help="prefill chunk (serve's default)")
+    g.add_argument("--measured-ttft", metavar="TIME", help="measured time to first token")
+
+
 def run(args: argparse.Namespace) -> int:
     """Check every argument, diagnose, print (and write the record and the plot)."""
     from infest.compiler.analyses.diagnose import diagnose
+    from infest.exports.output import analysis_inputs, argument_inputs, write_output
     from infest.exports.text import diagnose_text
     if args.plot:
         _check_plot(args)
     overrides = parse_sets(args.set)
     analysis = make_analysis(args)
     measured = measured_from_args(args, analysis)
-    report = diagnose(analysis, overrides, measured, _sms(analysis, overrides))
+    engine = _serving(args) if measured.served is not None else None
+    report = diagnose(analysis, overrides, measured, _sms(analysis, overrides), engine)
     if args.out:
-        Path(args.out).write_text(diagnose_text.markdown(report), encoding="utf-8")
+        write_output(args.out, diagnose_text.markdown(report),
+                     analysis_inputs(analysis) + argument_inputs(args, ("out", "plot")), "--out")
     if args.plot:
         from infest.exports.plots.plots import write_depth_plot
-        write_depth_plot(report, Path(args.plot))
+        write_depth_plot(report, Path(args.plot), argument_inputs(args, ("out", "plot")))
     print(json.dumps(report, indent=2) if args.json else diagnose_text.text(report))
     return 0
 
@@ -84,7 +103,45 @@ def measured_from_args(args: argparse.Namespace, analysis: "Analysis") -> "Measu
         depth=_pairs(args.depth, "--depth", MAX_DEPTH_POINTS, _depth_point))
     if args.nsys or args.steps:
         _add_nsys(m, args, analysis)
+    m.served = served_from_args(args, m.step_s)
     return m
+
+
+SERVED_ONLY = ("--concurrency", "--rps", "--chunk", "--measured-ttft")
+
+
+def served_from_args(args: argparse.Namespace, tpot_s: float | None):
+    """The Served record when --isl and --osl are given (then --measured-step is the
+    TPOT and one of --concurrency, --rps is required), else None."""
+    from infest.compiler.analyses.served import Served
+    if args.isl is None and args.osl is None:
+        given = [f for f in SERVED_ONLY if getattr(args, f[2:].replace("-", "_")) is not None]
+        if given:
+            raise fail(None, f"{given[0]} describes a served measurement", "add --isl and --osl")
+        return None
+    if args.isl is None or args.osl is None:
+        raise fail(None, "--isl and --osl go together", "the request shape the server ran")
+    if tpot_s is None:
+        raise fail(None, "a served measurement needs --measured-step (the measured TPOT)",
+                   "TPOT = (E2E - TTFT) / (OSL - 1), e.g. --measured-step 25ms")
+    if args.concurrency is None and args.rps is None:
+        raise fail(None, "a served measurement needs --concurrency C or --rps R")
+    return Served(args.isl, args.osl, tpot_s, args.concurrency, _rate(args.rps),
+                  args.batching, args.chunk, _time(args.measured_ttft, "--measured-ttft"))
+
+
+def _rate(text: str | None) -> float | None:
+    """--rps: a bare number per second, or `20/s`."""
+    return None if text is None else _positive(text.removesuffix("/s"), "--rps")
+
+
+def _serving(args: argparse.Namespace):
+    """The decode and prefill runners serve needs (from the private cache when current)."""
+    from infest.compiler.analyses.serve import Serving
+    from infest.compiler.backend.cache import cached_runner
+    return Serving(*(cached_runner(args.spec, args.hw, phase=phase, model=args.model,
+                                   policy=args.policy, engine=args.engine)
+                     for phase in ("decode", "prefill")))
 
 
 def _add_nsys(m: "Measured", args: argparse.Namespace, analysis: "Analysis") -> None:
@@ -133,10 +190,11 @@ def _value(text: str, flag: str, want: str | None) -> Fraction:
 
 
 def _time(text: str | None, flag: str) -> float | None:
-    """A positive time (`281.6ms`, `58.7us`; a bare number is seconds)."""
-    if text is None:
+    """A positive time with its unit (`281.6ms`, `58.7us`; a bare number is refused)."""
+    from infest.exports.cli.common import parse_time
+    value = parse_time(flag, text)
+    if value is None:
         return None
-    value = _value(text, flag, "s")
     if not 0 < value < 10**6:
         raise fail(None, f"{flag}: the time must be positive and under 10^6 s")
     return float(value)

@@ -26,8 +26,12 @@ def run(args: argparse.Namespace) -> int:
     """Import, then print the spec or write it to -o."""
     from infest.compiler.hf.families import identifier
     from infest.compiler.hf.importer import import_hf, sibling_quant_config
+    from infest.exports.output import refuse_inputs, write_output
     config = Path(args.config)
     quant = Path(args.quant_config) if args.quant_config else sibling_quant_config(config)
+    inputs = [config] + ([quant] if quant else [])
+    if args.output:  # before any work: -o must not name the config it reads
+        refuse_inputs(Path(args.output), inputs, "-o")
     name = args.name and identifier(args.name)
     if name is None and args.output:
         name = identifier(Path(args.output).stem)
@@ -35,6 +39,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.output:
         sys.stdout.write(text)
         return 0
-    Path(args.output).write_text(text, encoding="utf-8")
+    write_output(args.output, text, inputs, "-o")
     sys.stderr.write(f"wrote {args.output}\n")
     return 0

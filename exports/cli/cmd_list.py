@@ -1,5 +1,6 @@
 """`infest list`: the shipped models (titles), the hardware (memory, bandwidth and dense
-peak math) and the op vocabulary."""
+peak math), the engine profiles, the estimate's parameters (from the one field table,
+compiler/load/fields.py) and the op vocabulary."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     _print_hardware()
     print()
+    _print_engines()
+    print()
+    _print_estimate_fields()
+    print()
     _print_ops()
     return 0
 
@@ -41,14 +46,34 @@ def _print_hardware() -> None:
         for hw_ast, file in load_program(path).hardware.values():
             f = {k: float(v.value) for k, v in compile_hardware(hw_ast, file).fields.items()}
             peaks = [si(f[f"flops_{d}"], "OP/s" if d == "int8" else "FLOP/s")
-                     if f"flops_{d}" in f else "-" for d in _PEAKS]
+                     if f.get(f"flops_{d}", 0) > 0 else "-" for d in _PEAKS]
             rows.append([name, hw_ast.title, si(f["mem_capacity"], "B"), si(f["mem_bw"], "B/s"),
                          *peaks, si(f["link_bw"], "B/s") if "link_bw" in f else "-",
                          str(int(f.get("gpus_per_node", 1)))])
     headers = ["name", "title", "memory", "mem_bw", *(f"flops_{d}" for d in _PEAKS),
                "link_bw", "gpus/node"]
-    print("hardware (dense peaks; '-': no such math):")
+    print("hardware (dense peaks; '-': no such math, peak 0: its ops fall back to a wider format):")
     print(table(headers, rows, right=set(range(2, len(headers)))))
+
+
+def _print_engines() -> None:
+    """Every engine profile `--engine` takes (built in and shipped as data)."""
+    from infest.compiler.passes.engine import ENGINES
+    from infest.dsl.human import table
+    rows = [[name, ", ".join(sorted(e.fields)) or "-", e.doc] for name, e in ENGINES.items()]
+    print("engines (--engine; shipped profiles: specs/engines/*.json):")
+    print(table(["name", "sets", "what"], rows, right=set()))
+
+
+def _print_estimate_fields() -> None:
+    """The estimate's parameters: default (base unit) and where the default comes from."""
+    from infest.compiler.load.fields import ESTIMATE_DEFAULTS, FIELDS
+    from infest.dsl.human import table
+    rows = [[name, f"{float(value):g} {FIELDS[name].unit}".strip(), FIELDS[name].doc,
+             FIELDS[name].source] for name, value in ESTIMATE_DEFAULTS.items()]
+    print("estimate parameters (estimate only, never a bound; a hardware block, the engine "
+          "profile or --set gives them):")
+    print(table(["name", "default", "what", "default's source"], rows, right=set()))
 
 
 def _print_ops() -> None:

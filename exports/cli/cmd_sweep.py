@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from infest.compiler.core.keys import key_info
 from infest.exports.cli.common import add_spec_args, make_analysis, make_runner, parse_sets
 from infest.exports.plots.plots import PLOT_KINDS, check_plot_path
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from infest.compiler.backend.runner import Runner
     from infest.compiler.analyses.sweep import Sweep
 
-_INT_METRICS = {"memory.max_batch", "memory.max_context", "step.kernels"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,11 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parse the lists, evaluate the grid in one call, print it (and plot it)."""
-    from infest.compiler.analyses.sweep import parse_list, parse_over, sweep_over
-    Bs, Ns = parse_list(args.B, "B"), parse_list(args.N, "N")
-    over = parse_over(args.over) if args.over else None
+    from infest.compiler.analyses.budget import MAX_GRIDS, check_plot_job
+    from infest.compiler.analyses.sweep import MAX_CELLS, parse_list, parse_over, sweep_over
+    # The job's size is bounded while the lists are read: no list is built past what
+    # MAX_CELLS (all grids' cells together) and MAX_GRIDS leave for it.
+    Bs = parse_list(args.B, "B", MAX_CELLS, "MAX_CELLS")
+    Ns = parse_list(args.N, "N", MAX_CELLS // len(Bs), "MAX_CELLS over all B x N")
+    over = parse_over(args.over, min(MAX_GRIDS, MAX_CELLS // (len(Bs) * len(Ns))),
+                      "MAX_GRIDS, MAX_CELLS over all grids") if args.over else None
     if args.plot:
         check_plot_path(args.plot)
+        check_plot_job(len(Bs), len(Ns))
     overrides = parse_sets(args.set)
     # Plots read the model's ops and titles (sympy); a plain sweep runs on the cached runner.
     analysis = make_analysis(args) if args.plot else None
@@ -82,14 +88,8 @@ def metric_label(key: str) -> str:
 
 
 def metric_unit(key: str) -> str:
-    """The base unit of a metric, for headings."""
-    short = key.partition(".")[2] or key
-    units = {"tokens_per_s": "tokens/s", "kv_bytes_per_token": "bytes/token",
-             "kernels": "kernels", "max_batch": "sequences", "max_context": "tokens",
-             "flops": "FLOP", "fits": "", "bound": ""}
-    if short in units:
-        return units[short]
-    return "s" if short.endswith("_s") else "bytes" if short.endswith("bytes") else ""
+    """The base unit of a metric, for headings (the result-key table, compiler/core/keys.py)."""
+    return key_info(key).unit
 
 
 def _cell_texts(result: "Sweep") -> list[list[Any]]:
@@ -102,7 +102,7 @@ def _row_texts(result: "Sweep", i: int) -> list[Any]:
     row = result.values[i].tolist()
     if result.metric == "bound" or result.values.dtype == bool:
         return row
-    if result.metric in _INT_METRICS:
+    if result.metric != "bound" and key_info(result.metric).integer:
         return [int(v) if math.isfinite(v) else None for v in row]
     return [v if math.isfinite(v) else None for v in row]
 

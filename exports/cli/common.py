@@ -51,6 +51,39 @@ def parse_sets(items: list[str]) -> dict[str, Fraction]:
     return out
 
 
+def parse_time(flag: str, text: str | None) -> float | None:
+    """A time with its unit (`50ms`, `2s`) in seconds (the caller checks its range); None
+    stays None. A bare number is refused: 50 could be 50 ms or 50 s."""
+    from infest.dsl.units import parse_value
+    if text is None:
+        return None
+    try:
+        value, dim = parse_value(text)
+    except ValueError as exc:
+        raise fail(None, f"{flag} {text!r}: {exc}", "e.g. 50ms, 2s") from None
+    if dim is None:
+        raise fail(None, f"{flag} {text}: a time needs a unit", f"{text}ms or {text}s?")
+    if dim != "s":
+        raise fail(None, f"{flag} {text!r}: expected a time, got {dim}", "e.g. 50ms, 2s")
+    return float(value)
+
+
+def parse_rate(flag: str, text: str | None) -> float | None:
+    """A rate per second: a bare number (`20`, `2.5k`) or one written `20/s`."""
+    from infest.dsl.units import parse_value
+    if text is None:
+        return None
+    body = text.strip()
+    body = body[:-2] if body.endswith("/s") else body
+    try:
+        value, dim = parse_value(body)
+    except ValueError as exc:
+        raise fail(None, f"{flag} {text!r}: {exc}", "e.g. 20 or 20/s") from None
+    if dim not in (None, "count"):
+        raise fail(None, f"{flag} {text!r}: expected requests per second", "e.g. 20 or 20/s")
+    return float(value)
+
+
 def _check_dimension(name: str, dim: str | None) -> None:
     from infest.compiler.load.hardware import expected_dimension
     want = expected_dimension(name)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from infest.dsl.errors import fail
+from infest.exports.output import analysis_inputs
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -77,8 +78,16 @@ def write_plot(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int]
                Ns: list[int], path: Path, kind: str = "all") -> Path:
     """Draw `kind` for this sweep and save it (format from the suffix)."""
     check_plot_path(path)
-    build_figure(analysis, overrides, Bs, Ns, kind).savefig(path, dpi=110)
-    return path
+    return save_figure(build_figure(analysis, overrides, Bs, Ns, kind), path,
+                       analysis_inputs(analysis))
+
+
+def save_figure(fig: Any, path: Path | str, inputs: Sequence[str] = ()) -> Path:
+    """Write a figure through the one write helper (format from the suffix)."""
+    from infest.exports.output import write_output
+    fmt = Path(path).suffix.lower().lstrip(".")
+    return write_output(path, lambda handle: fig.savefig(handle, format=fmt, dpi=110),
+                        inputs, "--plot")
 
 
 def build_figure(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[int],
@@ -99,6 +108,14 @@ def build_figure(analysis: "Analysis", overrides: Mapping[str, Any], Bs: list[in
     return fig
 
 
+def text_as_written() -> None:
+    """Titles and labels are drawn as written: no mathtext (`$\\foo{$` in a spec's title
+    would be parsed as TeX and fail), no external TeX."""
+    import matplotlib
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
+
+
 def _figure(n: int):
     """n panels in rows of up to three, constrained layout.
 
@@ -106,6 +123,7 @@ def _figure(n: int):
     caller's session; savefig renders PNG through Agg (SVG/PDF through their own).
     """
     from matplotlib.figure import Figure
+    text_as_written()
     cols = min(n, 3)
     rows = -(-n // cols)
     fig = Figure(figsize=(6.2 * cols, 5.0 * rows + 0.6), layout="constrained")
@@ -182,12 +200,19 @@ def _draw_roofs(ax, ctx: _Ctx, lo: float, hi: float) -> None:
     xs = np.geomspace(lo, hi, 200)
     bw = _hw(ctx, "mem_bw")
     styles = ("-", "--", "-.", ":")
-    for k, peak in enumerate(sorted({op.peak for op in ctx.analysis.forms.model.ops})):
+    for k, peak in enumerate(_running_peaks(ctx)):
         p = _hw(ctx, f"flops_{peak}")
         if p:
             ax.plot(xs, np.minimum(p, bw * xs) / 1e12, lw=2, color="C0", ls=styles[k % 4],
                     label=f"roof: {peak} {p / 1e12:.4g} TFLOP/s, {bw / 1e12:.3g} TB/s")
             ax.axvline(p / bw, color="0.7", ls=":", lw=1)
+
+
+def _running_peaks(ctx: _Ctx) -> list[str]:
+    """The peaks the ops' math runs at on this hardware (after any fallback)."""
+    from infest.compiler.backend.report import running_peak
+    values = {i.name: i.value for i in ctx.analysis.inputs(ctx.overrides)}
+    return sorted({running_peak(op.peaks, values) for op in ctx.analysis.runner.ops if op.peaks})
 
 
 def _hw(ctx: _Ctx, name: str) -> float:
@@ -245,8 +270,7 @@ def _label_points(ax, points: list[tuple]) -> None:
 
 
 def _roof_range(intensities: list[float], ctx: _Ctx) -> tuple[float, float]:
-    ridges = [_hw(ctx, f"flops_{op.peak}") / _hw(ctx, "mem_bw")
-              for op in ctx.analysis.forms.model.ops]
+    ridges = [_hw(ctx, f"flops_{peak}") / _hw(ctx, "mem_bw") for peak in _running_peaks(ctx)]
     points = [v for v in intensities + ridges if v > 0]
     return min(points) / 4, max(points) * 8
 
@@ -299,7 +323,9 @@ def memory_vs_batch(ax, ctx: _Ctx) -> None:
     import numpy as np
     point = ctx.grid([1], [ctx.n_ref])
     max_batch = float(np.ravel(point["memory.max_batch"])[0])
-    top = max(8, int(max_batch * 1.6) + 2)  # the capacity edge, with room past it
+    bounded = bool(np.isfinite(max_batch))  # no KV cache: any batch fits (infinite)
+    # the capacity edge with room past it; without one, the batches swept
+    top = max(8, int(max_batch * 1.6) + 2) if bounded else max(8, *ctx.Bs)
     Bs = sorted(set(np.linspace(1, top, 400).round().astype(int).tolist()))
     v = ctx.grid(Bs, [ctx.n_ref])
     gb = lambda key: np.broadcast_to(v[key], (len(Bs), 1))[:, 0] / 1e9  # noqa: E731
@@ -308,7 +334,7 @@ def memory_vs_batch(ax, ctx: _Ctx) -> None:
     ax.stackplot(Bs, weights, kv, free, labels=["weights", "KV cache", "free"],
                  colors=[BOUND_COLORS["weights"], BOUND_COLORS["kv"], "#d9ead3"], alpha=0.85)
     ax.axhline(cap[0], color="k", lw=1.5, label=f"capacity {cap[0]:.4g} GB")
-    if max_batch >= 1:
+    if bounded and max_batch >= 1:
         ax.axvline(max_batch, color="k", ls="--", lw=1.2, label=f"max batch = {int(max_batch)}")
     ax.set(xlabel="batch B (sequences)", ylabel="memory (GB, 10^9 bytes)", xlim=(1, top),
            ylim=(0, max(cap[0], weights[0]) * 1.45),
@@ -426,7 +452,7 @@ _PANELS = [("roofline", roofline), ("time", time_vs_context), ("time", tokens_vs
            ("bound", bound_map)]
 
 
-def write_depth_plot(report: dict, path: Path) -> Path:
+def write_depth_plot(report: dict, path: Path, inputs: Sequence[str] = ()) -> Path:
     """`diagnose --depth --plot`: measured tokens/s against the bound's curve in N."""
     check_plot_path(path)
     points = report["depth"]["points"]
@@ -444,5 +470,4 @@ def write_depth_plot(report: dict, path: Path) -> Path:
     ax.set_ylabel("tokens/s")
     ax.set_title(f"{report['model']} on {report['hardware']}: depth")
     ax.legend()
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, inputs)

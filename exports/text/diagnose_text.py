@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import datetime
 
+from infest.dsl.errors import printable
 from infest.dsl.human import duration, md_table, pairs, table
 from infest.exports.text.report_text import SENSITIVITY_HEADERS, heading, sensitivity_rows
+
+
+CANDIDATE_HEADERS = ["candidate", "number", "share of step", "verdict"]
 
 
 def _rate(tokens_per_s: float) -> str:
@@ -19,27 +23,56 @@ def measured_line(d: dict) -> str:
 
 
 def candidate_rows(d: dict) -> list[list[str]]:
-    """One row per candidate ceiling: its number and verdict, cheapest first."""
+    """One row per candidate ceiling, ranked by the share of the step it explains (the
+    ruled-out ones last): its number, share and verdict."""
     bw, c, la, occ = d["bandwidth"], d["comm"], d["launch"], d["occupancy"]
     src = "measured" if c["measured"] else "model"
-    return [
-        ["bandwidth", f"ceiling {_rate(bw['ceiling_tokens_per_s'])} (bytes/mem_bw = "
-                      f"{duration(bw['bound_s'])}); measured step is {bw['ratio']:.3g}x that",
-         bw["verdict"]],
-        ["comm", f"{c['calls']:g} calls x {duration(c['time_per_call_s'])} ({src}) = "
-                 f"{duration(c['total_s'])}, {c['share']:.1%} of the step", c["verdict"]],
-        ["launch", f"{la['kernels']:g} kernels: {duration(la['time_per_kernel_s'])} per kernel "
-                   f"(launch overhead {duration(la['launch_overhead_s'])})", la["verdict"]],
-        ["occupancy", _occupancy_number(occ), occ["verdict"]],
-    ]
+    number = {
+        "bandwidth": f"ceiling {_rate(bw['ceiling_tokens_per_s'])} (bytes/mem_bw = "
+                     f"{duration(bw['bound_s'])}); measured step is {bw['ratio']:.3g}x that",
+        "comm": f"{c['calls']:g} calls x {duration(c['time_per_call_s'])} ({src}) = "
+                f"{duration(c['total_s'])}",
+        "launch": f"{la['kernels']:g} kernels: {duration(la['time_per_kernel_s'])} per kernel, "
+                  f"launch overhead {duration(la['launch_overhead_s'])} each = "
+                  f"{duration(la['kernels'] * la['launch_overhead_s'])}",
+        "occupancy": _occupancy_number(occ, d["measured"]["step_s"]),
+    }
+    return [[r["candidate"], number[r["candidate"]], _share(r), d[r["candidate"]]["verdict"]]
+            for r in d["ranking"]]
 
 
-def _occupancy_number(occ: dict) -> str:
+def _share(r: dict) -> str:
+    return "ruled out" if r["ruled_out"] else f"{r['share']:.1%}"
+
+
+def _occupancy_number(occ: dict, step_s: float) -> str:
     if not occ["flagged"]:
         return f"every hot op fills 25%+ of the {occ['sms']:g} SMs"
     names = ", ".join(occ["flagged"][:4]) + (" ..." if len(occ["flagged"]) > 4 else "")
-    return (f"{len(occ['flagged'])} hot op(s) under 25% of {occ['sms']:g} SMs ({names}): "
-            f"+{duration(occ['excess_s'])} modelled, {occ['share']:.1%} of the step")
+    head = f"{len(occ['flagged'])} hot op(s) under 25% of {occ['sms']:g} SMs ({names})"
+    if occ["ruled_out"]:
+        return (f"{head} would take {duration(occ['time_s'])} at that occupancy, more than "
+                f"the {duration(step_s)} step")
+    return f"{head}: +{duration(occ['excess_s'])} modelled"
+
+
+def answer(d: dict) -> str:
+    """The diagnosis in one sentence: what the step is spent on, with the shares."""
+    la, c, step = d["launch"], d["comm"], d["measured"]["step_s"]
+    per, over = duration(la["time_per_kernel_s"]), duration(la["launch_overhead_s"])
+    launches = f"{la['kernels']:g} kernels at ~{per} each"
+    comm_part = f"collectives {c['share']:.0%}" if not c["ruled_out"] else "collectives ruled out"
+    if d["binding"] == "launch" and la["verdict"] == "launch bound":
+        return (f"launch bound: {launches}, ~{over} of which is launch overhead "
+                f"({la['share']:.0%} of the step); {comm_part}")
+    if d["binding"] == "launch":
+        return (f"{la['verdict']}: {launches}, the GPU idle {la['share']:.0%} of the step; "
+                f"{comm_part}")
+    if d["binding"] == "occupancy" and d["by_elimination"]:
+        return (f"the kernels themselves are slow: {launches} (launch {la['share']:.0%} of "
+                f"the step), {comm_part}, {d['bandwidth']['ratio']:.3g}x the bandwidth bound")
+    top = next(r for r in d["ranking"] if r["candidate"] == d["binding"])
+    return f"{d['binding']} bound: {top['share']:.0%} of the {duration(step)} step; {comm_part}"
 
 
 def verdict_rows(d: dict) -> list[list[str]]:
@@ -47,7 +80,7 @@ def verdict_rows(d: dict) -> list[list[str]]:
     p, m = d["prediction"], d["measured"]
     tokens = m["tokens_per_s"] * m["step_s"]  # tokens per step
     how = " (by elimination)" if d["by_elimination"] else ""
-    return [["binding ceiling", d["binding"] + how],
+    return [["binding ceiling", d["binding"] + how], ["answer", answer(d)],
             ["first change", f"{p['change']}: expected step {duration(p['expected_step_s'])} "
                              f"({_rate(tokens / p['expected_step_s'])})"],
             ["falsifier", d["falsifier"]]]
@@ -55,12 +88,15 @@ def verdict_rows(d: dict) -> list[list[str]]:
 
 def faster_lines(d: dict) -> list[str]:
     """The loud warning when the measurement beats the bound, with op-level numbers."""
-    chk = d["bound_check"]
+    chk, step = d["bound_check"], duration(d["measured"]["step_s"])
     if not chk["flag"]:
-        return []
-    lines = [f"!!! MEASURED STEP IS FASTER THAN THE BOUND: {duration(d['measured']['step_s'])} < "
-             f"roofline {duration(chk['roofline_s'])} ({chk['ratio']:.3g}x). The measurement or "
-             "the spec is wrong: wrong dtype, missed sparsity, a timer around an async launch?"]
+        return [f"note: {step} beats the serial-kernel roofline {duration(chk['roofline_s'])} "
+                f"but not the overlap floor {duration(chk['overlap_floor_s'])}: the engine "
+                "overlaps kernels (legitimate)"] if chk["below_roofline"] else []
+    lines = [f"!!! MEASURED STEP IS FASTER THAN THE BOUND: {step} < overlap floor "
+             f"{duration(chk['overlap_floor_s'])} ({chk['ratio']:.3g}x; no engine beats it). "
+             "The measurement or the spec is wrong: wrong dtype, missed sparsity, a timer "
+             "around an async launch?"]
     for e in chk["evidence"]:
         if "target" in e:
             lines.append(f"    {e['target']}: measured {duration(e['measured_s'])} < bound "
@@ -127,9 +163,32 @@ def depth_line(d: dict) -> str:
             f"{p['attention_share']:.0%} of the bound: depth consumes the attention cache")
 
 
+def served_rows(v: dict) -> list[list[str]]:
+    """A served TPOT against serve's prediction under the same scheduling."""
+    load = f"concurrency {v['concurrency']}" + (f" (from {v['rps']:g} req/s, Little's law)"
+                                                if v["rps"] is not None else "")
+    share = ("none: the measured TPOT is not above the bare step" if v["scheduling_share"] is None
+             else f"{v['scheduling_share']:.0%} of the {duration(v['gap_s'])} gap")
+    rows = [["request", f"ISL {v['isl']}, OSL {v['osl']}, {load}, {v['batching']} batching"],
+            ["bare decode step (estimate / bound)",
+             f"{duration(v['decode_step_s'])} / {duration(v['decode_step_bound_s'])}"],
+            ["served TPOT (estimate / bound)",
+             f"{duration(v['tpot_s'])} / {duration(v['tpot_bound_s'])}: prefill chunks add "
+             f"{duration(v['scheduling_s'])} per token"],
+            ["measured TPOT", f"{duration(v['measured_tpot_s'])}: scheduling explains {share}; "
+                              f"{duration(v['unexplained_s'])} beyond the served estimate"]]
+    if v["measured_ttft_s"] is not None:
+        rows.append(["TTFT measured / served estimate",
+                     f"{duration(v['measured_ttft_s'])} / {duration(v['ttft_s'])} "
+                     f"({v['ttft_ratio']:.3g}x; no queueing modelled)"])
+    return rows
+
+
 def _sections(d: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) for every optional table present in the report."""
     out = []
+    if d.get("served"):
+        out.append(("Served (serve's model, the same scheduling)", ["", ""], served_rows(d["served"])))
     if d["kernels"]:
         out.append(("Kernels (nsys) against the model", KERNEL_HEADERS, kernel_rows(d["kernels"])))
         out.append(("Kernel time against the step", ["", ""], kernel_summary(d["kernels"])))
@@ -142,9 +201,19 @@ def _sections(d: dict) -> list[tuple[str, list[str], list[list[str]]]]:
 
 
 def text(d: dict) -> str:
+    """The terminal report (kernel names and every other text escaped: dsl printable)."""
+    return printable(_text(d))
+
+
+def markdown(d: dict) -> str:
+    """The Markdown record, escaped as the terminal report is."""
+    return printable(_markdown(d))
+
+
+def _text(d: dict) -> str:
     """The terminal report."""
     parts = [heading(d), measured_line(d), *faster_lines(d), "",
-             table(["candidate", "number", "verdict"], candidate_rows(d), right=set()), "",
+             table(CANDIDATE_HEADERS, candidate_rows(d), right={2}), "",
              pairs(verdict_rows(d))]
     for title, headers, rows in _sections(d):
         body = pairs(rows) if headers == ["", ""] else table(headers, rows)
@@ -152,15 +221,15 @@ def text(d: dict) -> str:
     return "\n".join(parts)
 
 
-def markdown(d: dict) -> str:
+def _markdown(d: dict) -> str:
     """DIAGNOSIS.md: enough for someone else to restate the verdict without asking."""
     p = d["prediction"]
     parts = [f"# Diagnosis: {heading(d)}", f"Dated {datetime.date.today().isoformat()} "
              "(the binding ceiling moves as the system is optimized).", measured_line(d) + ".",
              *faster_lines(d),
              f"**Binding ceiling: {d['binding']}**{' (by elimination)' if d['by_elimination'] else ''}.",
-             "## Candidates (cheapest first)",
-             md_table(["candidate", "number", "verdict"], candidate_rows(d)),
+             "## Candidates (by the share of the step each explains)",
+             md_table(CANDIDATE_HEADERS, candidate_rows(d)),
              f"## First change\n\n{p['change']}: expected step **{duration(p['expected_step_s'])}** "
              f"(from {duration(d['measured']['step_s'])}), computed from the model.",
              f"## What would prove this wrong\n\n{d['falsifier']}"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
+from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TERM_KEYS, TIME_TERMS
 from infest.dsl.human import bytes_both, count, duration, md_table, pairs, si, table
 
@@ -62,7 +63,8 @@ def summary_rows(result: dict) -> list[list[str]]:
         ["  weights / KV / activations", f"{si(s['weight_bytes'], 'B')} / {si(s['kv_bytes'], 'B')} / {si(s['act_bytes'], 'B')}"],
         [" / ".join(f"t_{t.name}" for t in TIME_TERMS),
          " / ".join(duration(s[t.key]) for t in TIME_TERMS)],
-        ["roofline: hard bound (no engine beats it)", duration(s["roofline_s"])],
+        ["overlap floor: hard (no engine beats it)", duration(s["overlap_floor_s"])],
+        ["roofline: serial-kernel bound", duration(s["roofline_s"])],
         ["time with launch floor (assumes the engine)", duration(s["time_s"])],
         ["check: weights touched / mem_bw", duration(s["weights_floor_s"])],
         ["step bound / estimate", f"{duration(s['roofline_s'])} / {duration(s['estimate_s'])}"],
@@ -88,9 +90,14 @@ def _offload_rows(result: dict) -> list[list[str]]:
 
 
 def _efficiencies(inputs: dict) -> str:
-    """`eff_mem 0.8, eff_flops 0.7, eff_link 0.8` (only those the forms use)."""
-    used = [f"{k} {inputs[k]:g}" for k in ("eff_mem", "eff_flops", "eff_link") if k in inputs]
-    return ", ".join(used) + " of datasheet; launch floor as above"
+    """`eff_mem 0.8, eff_flops 0.7, eff_attn 0.48, eff_link 0.8 of datasheet; 4.3 us per
+    kernel, ...` (the estimate's parameters, compiler/core/estimate_rule.py)."""
+    shares = [f"{k} {inputs[k]:g}" for k in ("eff_mem", "eff_flops", "eff_attn", "eff_link")
+              if k in inputs]
+    fixed = [f"{duration(inputs[k])} {what}" for k, what in
+             (("kernel_latency", "per kernel"), ("coll_step_latency", "per ring step"),
+              ("step_overhead", "per step")) if k in inputs]
+    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed)
 
 
 def _per_gpu_rows(result: dict) -> list[list[str]]:
@@ -112,11 +119,19 @@ def _kernels(result: dict) -> str:
 def layout_line(result: dict) -> str:
     """`tp=8 ep=8 pp=1 dp=1: 8 GPUs, policy full`: the layout an evaluation assumes."""
     par = result["parallel"]
-    degrees = " ".join(f"{k}={par[k]}" for k in ("tp", "ep", "pp", "dp"))
+    degrees = " ".join(f"{k}={par[k]}" for k in PARALLEL)
     gpus = "1 GPU" if par["gpus"] == 1 else f"{par['gpus']} GPUs"
     policy = f", policy {par['policy']}" if par["policy"] else ""
+    if par.get("policy_derived"):
+        policy += " (derived from group names)"
     note = "; per-op and step numbers are one GPU's" if par["gpus"] > 1 else ""
     return f"layout {degrees}: {gpus}{policy}{note}"
+
+
+def fallback_lines(result: dict) -> list[str]:
+    """`math: 376 ops in fp4 run at bf16 (...)`: formats the hardware cannot compute in."""
+    return [f"math: {f['ops']} ops in {f['math']} run at {f['runs_at']}: {f['note']}"
+            for f in result.get("math_fallback") or ()]
 
 
 def heading(result: dict) -> str:
@@ -128,7 +143,7 @@ def heading(result: dict) -> str:
 
 def text(result: dict) -> str:
     """The full plain-text report."""
-    parts = [heading(result), layout_line(result), "",
+    parts = [heading(result), layout_line(result), *fallback_lines(result), "",
              table(OP_HEADERS, op_rows(result), right={3, 4, 5, 6, 7, 8}),
              "", pairs(summary_rows(result))]
     if result.get("capacity"):

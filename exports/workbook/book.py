@@ -17,6 +17,7 @@ from openpyxl.comments import Comment
 from openpyxl.styles import Font, PatternFill
 from openpyxl.workbook.defined_name import DefinedName
 
+from infest.compiler.core.keys import key_info
 from infest.exports.workbook.excel_printer import excel_formula_split
 from infest.exports.workbook.xlsx_names import Namer
 
@@ -31,17 +32,12 @@ OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
 OOM_FONT = Font(color="808080", strike=True)
 UNFIT_FILL = PatternFill("solid", fgColor="FFC7CE")  # Excel's own "bad" red
 UNFIT_FONT = Font(color="9C0006", bold=True)
+READABLE_CHARS = 400  # no formula longer (the leading = counted): longer parts get cells
 NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not computing
 
 # The unit an input is typed in: base dimension -> (base units per human unit, unit).
 HUMAN = {"bytes": (Fraction(10**9), "GB"), "bytes/s": (Fraction(10**12), "TB/s"),
          "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us")}
-KEY_UNITS = {"flops": "FLOP", "kernels": "launches", "tokens_per_s": "tokens/s",
-             "max_batch": "sequences", "max_context": "tokens", "fits": "", "bound": ""}
-
-PARALLEL_DOC = {"tp": "tensor parallel degree", "ep": "expert parallel degree (divides tp x dp)",
-                "pp": "pipeline stages", "dp": "data parallel replicas (B / dp each)"}
-
 _CELL_LIKE = re.compile(r"^([A-Za-z]{1,3}[0-9]+|[RrCc]|[Rr][0-9]*[Cc][0-9]*)$")
 
 
@@ -55,12 +51,8 @@ def check_excel_name(name: str) -> str:
 
 
 def unit_of(key: str) -> str:
-    """Base unit of a memory/step key, from its name."""
-    if key in KEY_UNITS:
-        return KEY_UNITS[key]
-    if key.endswith("_s"):
-        return "s"
-    return "bytes" if "bytes" in key else ""
+    """Base unit of a memory/step/op key (the one result-key table, compiler/core/keys.py)."""
+    return key_info(key).unit
 
 
 @dataclass
@@ -78,12 +70,14 @@ class Builder:
         """A workbook-scoped defined name for one cell."""
         check_excel_name(name)
         col, row = re.match(r"([A-Z]+)(\d+)", cell).groups()  # type: ignore[union-attr]
-        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{sheet}!${col}${row}")
+        title = f"'{sheet}'" if not sheet.isidentifier() else sheet
+        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{title}!${col}${row}")
 
     def formula(self, expr: sympy.Basic, names: Mapping[sympy.Symbol, str] | None = None,
                 allocate: Callable[[sympy.Basic], str] | None = None) -> str:
         """`=...` for an expression, long parts hoisted into helper cells."""
-        return "=" + excel_formula_split(expr, names or self.names, allocate or self._helper)
+        return "=" + excel_formula_split(expr, names or self.names, allocate or self._helper,
+                                         READABLE_CHARS - 1)
 
     def _helper(self, expr: sympy.Basic) -> str:
         """A cell on the Helpers sheet holding a hoisted subexpression (shared)."""
@@ -91,7 +85,7 @@ class Builder:
             ws = self.wb["Helpers"]
             row = ws.max_row + 1
             self.helpers[expr] = f"Helpers!$B${row}"
-            ws.cell(row, 1, f"h{row}")
+            ws.cell(row, 1, f"h{row}: a part of a longer formula")
             set_formula(ws.cell(row, 2), self.formula(expr), expr)
         return self.helpers[expr]
 
@@ -119,7 +113,8 @@ def live_cell(b: Builder, cell, names: Mapping[sympy.Symbol, str], forms: tuple,
             title = f"{mirror_prefix}_h{len(hoisted) + 1}"
             mirror = b.wb[title] if title in b.wb.sheetnames else b.wb.create_sheet(title)
             hoisted[sub] = f"'{title}'!{cell.column_letter}{cell.row}"
-            mirror.cell(cell.row, cell.column, "=" + excel_formula_split(sub, names, allocate))
+            mirror.cell(cell.row, cell.column,
+                        "=" + excel_formula_split(sub, names, allocate, READABLE_CHARS - 1))
         return hoisted[sub]
 
-    set_formula(cell, "=" + excel_formula_split(readable, names, allocate), expr)
+    set_formula(cell, "=" + excel_formula_split(readable, names, allocate, READABLE_CHARS - 1), expr)

@@ -416,7 +416,8 @@ def read_vl(data: Mapping[str, Any], source: str = "config.json",
             quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
             gguf: str | None = None) -> Arch:
     """A vision-language (or renamed) release's language model as the Arch of its text
-    family; a vision tower is left out of the spec and named in its header."""
+    family; its vision tower held (group vision) where vision.py counts that kind, else
+    left out and named in the header."""
     wrapper, vision = Config(data, source).str("model_type"), data.get("vision_config")
     where, family = VL_TEXT[wrapper]
     if where == "flat":

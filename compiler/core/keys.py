@@ -85,7 +85,7 @@ LABELS = {
     "host_bytes": "bytes fetched over the host link",
     "t_compute_s": "compute time, FLOPs / peak",
     "t_memory_s": "memory time, HBM bytes / bandwidth",
-    "t_launch_s": "launch time, kernels x launch overhead (assumed engine)",
+    "t_launch_s": "launch time, kernels x launch overhead",
     "t_comm_s": "collective time",
     "t_host_s": "host-link time, offloaded experts fetched",
     "roofline_s": "step time, serial-kernel bound",

@@ -197,7 +197,7 @@ def _inputs_sheet(b: Builder, picker: Picker) -> None:
             rule.add(f"B{row}")
         else:
             rules[kind].add(f"B{row}")
-    _style_header(ws, widths=[44, 14, 12, 16, 10, 18, 10, 40], right=(2, 4))
+    _style_header(ws, widths=[54, 14, 12, 16, 10, 18, 10, 40], right=(2, 4))
     _key_column(ws, 6)
 
 
@@ -217,7 +217,7 @@ def _key_column(ws, col: int) -> None:
 
 def _hw_row(b: Builder, ws, picker: Picker) -> None:
     """in_hw: the GPU the hardware inputs are looked up for (a list of the sheet's names)."""
-    ws.cell(2, 1, "the GPU: a column of the Hardware sheet (custom: its blue column)")
+    ws.cell(2, 1, "GPU: a column of the Hardware sheet (or custom)")
     cell = ws.cell(2, 2, own_name(b))
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
     ws.cell(2, 6, "hw")

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 # Part -> (the cell name's prefix, the table's column title).
 PARTS = {"held": ("weights_group_", "held, all GPUs (bytes)"),
-         "per_gpu": ("weights_gpu_group_", "one GPU's shard, before / pp (bytes)"),
+         "per_gpu": ("weights_gpu_group_", "per GPU, before / pp"),
          "touched": ("weights_touched_group_", "touched per step, one GPU (bytes)")}
+# The Summary's columns wide enough for a byte count: value, shown as, also.
+COLUMNS = {"held": 2, "per_gpu": 4, "touched": 6}
 # Summary row -> (part summed, divided by this symbol's cell or None).
 SUMMED = {("memory", "weights_bytes"): ("held", None),
           ("memory", "weights_bytes_per_gpu"): ("per_gpu", "pp"),
@@ -57,7 +59,7 @@ def summary_sums(b: Builder, groups: dict[str, dict[str, sympy.Expr]], first_row
             continue
         terms = "+".join(PARTS[part][0] + g for g in groups)
         if len(terms) > READABLE_CHARS - 20:
-            col = get_column_letter(2 + WEIGHT_PARTS.index(part))
+            col = get_column_letter(COLUMNS[part])
             terms = f"SUM(Summary!${col}${first_row}:${col}${first_row + len(groups) - 1})"
         out[(section, key)] = f"=({terms})/{b.names[divisor]}" if over else f"={terms}"
     return out
@@ -68,13 +70,13 @@ def summary_table(b: Builder, ws, top: int, groups: dict[str, dict[str, sympy.Ex
     """The group table: a header at `top`, a row per group from `top + 1`; each cell
     printed with the params_group_ names (`params`: a namer over those only)."""
     ws.cell(top, 1, "weights by parameter group").font = HEADER_FONT
-    for i, part in enumerate(WEIGHT_PARTS):
-        ws.cell(top, 2 + i, PARTS[part][1]).font = HEADER_FONT
+    for part in WEIGHT_PARTS:
+        ws.cell(top, COLUMNS[part], PARTS[part][1]).font = HEADER_FONT
     for row, (group, parts) in enumerate(groups.items(), start=top + 1):
         ws.cell(row, 1, f"weights, group {group}")
         ws.cell(row, 7, f"weights_group_{group}").font = KEY_FONT
-        for i, part in enumerate(WEIGHT_PARTS):
-            cell = ws.cell(row, 2 + i)
+        for part in WEIGHT_PARTS:
+            cell = ws.cell(row, COLUMNS[part])
             readable = params.rewrite(sympy.factor_terms(parts[part]))
             b.names.update(params.symbols)
             set_formula(cell, b.formula(readable), parts[part])

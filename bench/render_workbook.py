@@ -17,7 +17,6 @@ import openpyxl
 
 from infest.compiler.api import analyze
 from infest.exports.workbook.xlsx import write_workbook
-from infest.exports.workbook.xlsx_plan import Phases
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # test helpers
 from libreoffice import to_pdf  # noqa: E402
@@ -29,8 +28,8 @@ def main(argv: list[str]) -> int:
     hw = argv[1] if len(argv) > 1 else "h100_sxm"
     out = Path(argv[2] if len(argv) > 2 else "out/render")
     out.mkdir(parents=True, exist_ok=True)
-    serving = Phases(*(analyze(spec, hw=hw, phase=phase) for phase in ("decode", "prefill")))
-    book = write_workbook(serving.decode, out / "book.xlsx", {}, serving)
+    decode = analyze(spec, hw=hw)
+    book = write_workbook(decode, out / "book.xlsx", {}, decode)
     pdf = to_pdf(book, out / "pdf")
     sheets = [ws.title.lower().replace(" ", "-") for ws in openpyxl.load_workbook(book).worksheets]
     for page in _pages(pdf, out, [f"{i + 1}-{name}" for i, name in enumerate(sheets)]):

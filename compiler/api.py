@@ -30,11 +30,15 @@ from infest.dsl.errors import did_you_mean, fail
 
 
 def load_model(path: str | Path, model: str | None = None,
-               program: Program | None = None) -> CompiledModel:
-    """Parse and check the model a spec file defines (or the one named)."""
+               program: Program | None = None, draft: str | None = None) -> CompiledModel:
+    """Parse and check the model a spec file defines (or the one named); `draft="mtp"`:
+    its multi-token-prediction draft (compiler/core/mtp.py)."""
     path = resolve_spec(Path(path))
     program = program or load_program(path)
     node, file = pick_model(program, model, path)
+    if draft is not None:
+        from infest.compiler.core.mtp import mtp_model
+        node = mtp_model(node)
     return elaborate(node, file, reserved=_hardware_field_names(program))
 
 
@@ -113,14 +117,15 @@ class Analysis:
 
 def analyze(spec: str | Path, hw: str | Path | None = None, phase: str = "decode",
             model: str | None = None, policy: str | None = None,
-            engine: str | None = None) -> Analysis:
+            engine: str | None = None, draft: str | None = None) -> Analysis:
     """Load a spec (and hardware), derive the closed forms for a phase under a sharding
     policy (the named one, else `full`, else the first the model declares) and an engine
     profile (default eager: every op its own kernel; graphs: the spec's fusions, CUDA
-    graphs, its per-kernel floor as launch_overhead's default)."""
+    graphs, its per-kernel floor as launch_overhead's default). `draft="mtp"`: the spec's
+    MTP layers as a draft model (compiler/core/mtp.py)."""
     profile = resolve_engine(engine)
     program = load_program(Path(spec))
-    compiled = load_model(spec, model, program)
+    compiled = load_model(spec, model, program, draft)
     hardware = load_hardware(hw, program, program) if hw is not None else None
     if hardware is not None:
         _check_hardware_names(compiled, hardware)

@@ -18,7 +18,8 @@ MODELS = ROOT / "specs" / "models"
 
 
 def _recalculated(tmp_path: Path, analysis, edits: dict[str, float], soffice: str) -> openpyxl.Workbook:
-    """Write, change input cells like a planner would, recalculate in LibreOffice."""
+    """Write, change input cells like a planner would (`hw`: the GPU picked in in_hw),
+    recalculate in LibreOffice."""
     (tmp_path / "in").mkdir()  # write_workbook no longer creates missing folders
     src = write_workbook(analysis, tmp_path / "in" / "book.xlsx", {})
     return edit_and_recalculate(src, {f"in_{k}": v for k, v in edits.items()},
@@ -60,7 +61,10 @@ CASES = [
     ("qwen3_30b_a3b.arch", "gh200", "decode", {"B": 64, "N": 16384, "top_k": 4}),
     # Layouts edited in the workbook: tp and pp (tp x pp = 16 > 8 per node: the network).
     ("llama3_1_8b.arch", "h100_sxm", "decode", {"tp": 8, "pp": 2, "B": 16}),
-    ("qwen3_30b_a3b.arch", "h200_sxm", "decode", {"tp": 4, "ep": 4, "B": 8}),
+    # The picker: written for an H100, switched to the H200 (whose file carries measured
+    # ceilings: eff_mem = 4.3 / 4.8) in in_hw, on an MoE at tp = 4, ep = 4, and on Llama.
+    ("qwen3_30b_a3b.arch", "h100_sxm", "decode", {"hw": "h200_sxm", "tp": 4, "ep": 4, "B": 8}),
+    ("llama3_1_8b.arch", "h100_sxm", "decode", {"hw": "h200_sxm"}),
     # A GPU without fp8 math typed into an H100's workbook: the same formulas pick bf16.
     ("llama3_1_8b_fp8.arch", "h100_sxm", "decode", {"flops_fp8": 0, "B": 64}),
 ]
@@ -68,11 +72,16 @@ CASES = [
 
 @pytest.mark.parametrize("spec,hw,phase,edits", CASES,
                          ids=["llama-defaults", "llama-edited", "llama-prefill", "qwen3-moe",
-                              "llama-tp8-pp2", "qwen3-tp4-ep4", "fp8-peak-zeroed"])
+                              "llama-tp8-pp2", "qwen3-h200-picked-tp4-ep4", "llama-h200-picked",
+                              "fp8-peak-zeroed"])
 def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, phase: str,
                               edits: dict) -> None:
     analysis = analyze(MODELS / spec, hw=hw, phase=phase)
     wb = _recalculated(tmp_path, analysis, edits, soffice)
+    edits = dict(edits)
+    picked = edits.pop("hw", None)
+    if picked is not None:   # the picked GPU's eval, every out_ name (estimate included)
+        analysis = analyze(MODELS / spec, hw=picked, phase=phase)
     expected = analysis.evaluate(_base(edits))
     _assert_outputs(wb, expected)
     for name, value in expected["inputs"].items():
@@ -232,8 +241,14 @@ def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
     assert (units["mem_bw"], units["mem_capacity"], units["launch_overhead"]) == ("TB/s", "GB", "us")
     assert units["flops_bf16"] == "TFLOP/s" and units["N"] == "tokens"
     # 4.8 TB/s and 141 GB (H200 SXM) typed as 4.8 and 141; 4 us as 4.
-    assert named_cell(wb, "in_mem_bw").value == 4.8 and named_cell(wb, "in_mem_capacity").value == 141
-    assert named_cell(wb, "in_launch_overhead").value == 4
+    # The hardware inputs look the picked GPU up on the Hardware sheet (a lighter fill).
+    assert named_cell(wb, "in_hw").value == "h200_sxm"
+    hw = wb["Hardware"]
+    column = [c.column for c in hw[2] if c.value == "h200_sxm"][0]
+    held = {hw.cell(r, 1).value: hw.cell(r, column).value for r in range(3, hw.max_row + 1)}
+    assert (held["mem_bw"], held["mem_capacity"], held["launch_overhead"]) == (4.8, 141, 4)
+    cell = named_cell(wb, "in_mem_bw")
+    assert cell.value.startswith("=Hardware!$C$") and cell.fill.fgColor.rgb == "00DDEBF7"
     assert named_cell(wb, "base_mem_bw").value == "=in_mem_bw*1E+12"
 
 
@@ -272,7 +287,8 @@ def test_summary_formulas_name_their_parts_and_stay_short(tmp_path: Path) -> Non
 def test_no_empty_sheets_and_a_how_to_first(tmp_path: Path) -> None:
     analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm")
     wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}))
-    assert wb.sheetnames[:6] == ["How to use", "Inputs", "Summary", "Ops", "Sweep", "Charts"]
+    assert wb.sheetnames[:7] == ["How to use", "Inputs", "Hardware", "Summary", "Ops", "Sweep",
+                                 "Charts"]
     assert "Helpers" not in wb.sheetnames  # nothing needed splitting for Llama
     for ws in wb:
         assert ws.max_row > 1 or ws._charts, ws.title
@@ -304,4 +320,17 @@ def test_compile_writes_a_plan_sheet_in_either_phase(tmp_path: Path, phase: str)
     wb = openpyxl.load_workbook(path)
     assert wb.sheetnames[wb.sheetnames.index("Sweep") + 1] == "Plan"
     assert named_cell(wb, "plan_tp").value == 2           # the layout the command set
-    assert "plan_isl" in named_cell(wb, "plan_ttft_s").value    # prefill at N = ISL
+    assert named_cell(wb, "plan_chunk").value == 2048     # serve's default token budget
+    assert named_cell(wb, "plan_ttft_s").value == "=plan_ttft_steps*plan_mixed_s"
+
+
+# Every shipped spec on one GPU, without LibreOffice: no formula on any sheet (helper
+# sheets included) is longer than READABLE_CHARS, the leading = counted.
+@pytest.mark.parametrize("spec", sorted(p.name for p in MODELS.glob("*.arch")))
+def test_no_formula_is_longer_than_400_characters(tmp_path: Path, spec: str) -> None:
+    from infest.exports.workbook.book import READABLE_CHARS
+    analysis = analyze(MODELS / spec, hw="h200_sxm")
+    wb = openpyxl.load_workbook(write_workbook(analysis, tmp_path / "b.xlsx", {}, analysis))
+    lengths = [(len(c.value), ws.title, c.coordinate) for ws in wb for row in ws.iter_rows()
+               for c in row if isinstance(c.value, str) and c.value.startswith("=")]
+    assert READABLE_CHARS == 400 and max(lengths)[0] <= 400, max(lengths)

@@ -1,5 +1,6 @@
 """The workbook's Plan sheet, edited like a planner would and recalculated by real
-LibreOffice, equals `infest serve` (and a `plan` answer) for the same inputs (1e-9)."""
+LibreOffice, equals `infest serve` under its default scheduling (continuous batching) and a
+`plan` answer for the same inputs (1e-9), in both regimes of the continuous model."""
 from __future__ import annotations
 
 import math
@@ -12,21 +13,19 @@ from infest.compiler.api import analyze
 from infest.compiler.analyses.plan import Demand, plan
 from infest.compiler.analyses.serve import METRIC_KEYS, Serving, Request, serve
 from infest.exports.workbook.xlsx import write_workbook
-from infest.exports.workbook.xlsx_plan import Phases
 from workbooks import edit_and_recalculate, named_cell
 
 MODELS = Path(__file__).parents[1] / "specs" / "models"
 
 
-def _serving(spec: str, hw: str, policy: str | None = None) -> Phases:
-    return Phases(*(analyze(MODELS / spec, hw=hw, phase=p, policy=policy)
-                     for p in ("decode", "prefill")))
+def _serving(spec: str, hw: str, policy: str | None = None):
+    return analyze(MODELS / spec, hw=hw, policy=policy)
 
 
-def _recalculated(tmp_path: Path, serving: Phases, edits: dict, soffice: str):
+def _recalculated(tmp_path: Path, decode, edits: dict, soffice: str):
     """Write the workbook, type `edits` into plan_<key> cells, recalculate."""
     (tmp_path / "in").mkdir()
-    src = write_workbook(serving.decode, tmp_path / "in" / "book.xlsx", {}, serving)
+    src = write_workbook(decode, tmp_path / "in" / "book.xlsx", {}, decode)
     return edit_and_recalculate(src, {f"plan_{k}": v for k, v in edits.items()},
                                 tmp_path / "out", soffice)
 
@@ -49,53 +48,61 @@ def _assert_metrics(wb, want: dict, prefix: str = "") -> None:
 
 
 # (spec, hw, policy, Plan sheet edits). Request defaults on the sheet: 64 users, C = 16,
-# ISL 1024, OSL 256 (255 decode steps > 32: the 32 slice midpoints), limits 50 ms / 2 s.
+# K = 2048, ISL 1024, OSL 256, limits 50 ms / 2 s.
 CASES = [
+    # c = 16 clients: the prompt's chunk q = 2048 - 15 = 2033 >= 1024 tokens, one chunk
+    # step, 15 x 1 = 15 <= 255 decode steps: prompts alone, one chunk row counted.
     ("llama3_1_8b.arch", "h100_sxm", None, {}),
-    # OSL - 1 = 19 <= 32: every context counted; dp = 2 does not divide C = 5, so the
-    # busiest rank carries 3 and B = 6; tp = 2 splits the layers.
+    # dp = 2 over C = 5: 3 clients on the busiest rank; q = 256 - 2 = 254, so an 8,000-token
+    # prompt takes P = ceil(8000 / 254) = 32 chunk steps > 16: the 16 slice midpoints;
+    # 2 x 32 = 64 <= 299 decode steps: alone.
     ("llama3_1_8b.arch", "h100_sxm", None,
-     {"isl": 3000, "osl": 20, "concurrency": 5, "users": 100, "tp": 2, "dp": 2}),
+     {"isl": 8000, "osl": 300, "concurrency": 5, "chunk": 256, "users": 100, "dp": 2}),
+    # 64 clients, K = 512: q = 449, P = ceil(3000 / 449) = 7, 63 x 7 = 441 > 49 decode
+    # steps: prompts shared, and 64 x (3000 + 49) / 512 - 49 = 332.1 steps to the first
+    # token (the budget binds); tp = 4, ep = 4 on the MoE.
     ("qwen3_30b_a3b.arch", "h200_sxm", "full",
-     {"isl": 8000, "osl": 100, "concurrency": 32, "tp": 4, "ep": 4, "tpot_max": 5}),
+     {"isl": 3000, "osl": 50, "concurrency": 64, "chunk": 512, "tp": 4, "ep": 4, "tpot_max": 5}),
     # 4,096 x 30,000 tokens of KV cannot fit one H100: fits and ok FALSE.
     ("llama3_1_8b.arch", "h100_sxm", None, {"isl": 30000, "osl": 40, "concurrency": 4096}),
 ]
 
 
 @pytest.mark.parametrize("spec,hw,policy,edits", CASES,
-                         ids=["llama-defaults", "llama-tp2-dp2-short", "qwen3-tp4-ep4", "unfit"])
+                         ids=["llama-alone", "llama-dp2-32-chunks", "qwen3-tp4-ep4-shared", "unfit"])
 def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: str,
                                  policy: str | None, edits: dict) -> None:
-    serving = _serving(spec, hw, policy)
-    engine = Serving(serving.decode, serving.prefill)
-    wb = _recalculated(tmp_path, serving, edits, soffice)
-    sheet = {k: _value(wb, k) for k in ("users", "concurrency", "isl", "osl", "tpot_max",
-                                         "ttft_max", "tp", "ep", "pp", "dp")}
+    decode = _serving(spec, hw, policy)
+    wb = _recalculated(tmp_path, decode, edits, soffice)
+    sheet = {k: _value(wb, k) for k in ("users", "concurrency", "chunk", "isl", "osl",
+                                         "tpot_max", "ttft_max", "tp", "ep", "pp", "dp")}
     layout = {k: sheet[k] for k in ("tp", "ep", "pp", "dp") if sheet[k] != 1}
-    got = serve(engine, Request(sheet["isl"], sheet["osl"], sheet["concurrency"], "static"), layout)
+    got = serve(Serving(decode, decode), Request(sheet["isl"], sheet["osl"],
+                                                 sheet["concurrency"], chunk=sheet["chunk"]), layout)
+    assert got["batching"] == "continuous"
     _assert_metrics(wb, got)
     _assert_metrics(wb, got["bound"], "bound_")
+    assert _value(wb, "alone") is (got["schedule"]["prompts"] == "alone")
+    assert _value(wb, "chunks") == got["schedule"]["chunks_per_prompt"]
     replicas = math.ceil(sheet["users"] / sheet["concurrency"])
     assert _value(wb, "replicas") == replicas
     assert _value(wb, "gpus_needed") == replicas * got["gpus"]
     meets = got["tpot_s"] <= sheet["tpot_max"] / 1000 and got["ttft_s"] <= sheet["ttft_max"] / 1000
     assert _value(wb, "ok") is (got["fits"] and meets)
-
-
-def test_unfit_case_really_does_not_fit(tmp_path: Path, soffice: str) -> None:
-    """The last case is there for its FALSE: 4,096 sequences x 30,038 tokens x 32 layers x
-    8 KV heads x 128 x 2 (K and V) x 2 bytes = 4,096 x 3.94 GB, far past 80 GB."""
-    wb = _recalculated(tmp_path, _serving("llama3_1_8b.arch", "h100_sxm"), CASES[-1][3], soffice)
-    assert _value(wb, "fits") is False and _value(wb, "ok") is False
+    if edits.get("chunk") == 256:    # the slices: 32 chunk steps, 16 rows counted
+        assert (_value(wb, "chunks"), _value(wb, "points")) == (32, 16)
+    if edits.get("concurrency") == 4096:   # 4,096 x 30,038 tokens x 131,072 bytes >> 80 GB
+        assert _value(wb, "fits") is False and _value(wb, "ok") is False
+    if edits.get("chunk") == 512:    # the budget binds: (64 x 3049 / 512 - 49) steps
+        assert _value(wb, "ttft_steps") == pytest.approx(64 * 3049 / 512 - 49, rel=1e-12)
 
 
 def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> None:
     """`plan`'s best layout and concurrency, typed into the Plan sheet, give its GPUs,
     TTFT and TPOT."""
     serving = _serving("llama3_1_8b.arch", "h100_sxm", "full")
-    engine = Serving(serving.decode, serving.prefill)
-    demand = Demand(isl=2048, osl=128, users=300, tpot_max=0.03, batching="static")
+    engine = Serving(serving, serving)
+    demand = Demand(isl=2048, osl=128, users=300, tpot_max=0.03)
     best = plan({"full": engine}, demand, {})["best"]
     edits = {"users": 300, "isl": 2048, "osl": 128, "tpot_max": 30,
              "concurrency": best["concurrency_per_replica"],
@@ -110,7 +117,7 @@ def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> No
 
 def test_every_serve_metric_has_a_plan_cell(tmp_path: Path) -> None:
     serving = _serving("llama3_1_8b.arch", "h100_sxm")
-    src = write_workbook(serving.decode, tmp_path / "book.xlsx", {}, serving)
+    src = write_workbook(serving, tmp_path / "book.xlsx", {}, serving)
     names = openpyxl.load_workbook(src).defined_names
     assert all(f"plan_{key}" in names for key in METRIC_KEYS)
     assert all(f"plan_bound_{key}" in names for key in BOUND_KEYS)

@@ -25,6 +25,10 @@ MAX_PLOT_CELLS = 2**18
 # roughly 50-150 us a point (DeepSeek-V3, two policies, --gpus-max 4096: 70,070 points,
 # 11 s on a loaded 2-core machine): 2^16 points stay within a few seconds.
 MAX_PLAN_POINTS = 2**16
+# An open-loop plan (--rps) solves the Little's-law fixed point for every layout and
+# replica count tried, one vectorised closed-loop evaluation per bisection step:
+# Llama 3.1 8B, 84 layouts x 13 counts x 52 steps (56,784 points) takes ~0.3 s.
+MAX_OPEN_PLAN_POINTS = 2**22
 # Continuous batching evaluates each prefill chunk of a prompt (ceil(ISL / chunk) points,
 # each a full set of forms, ~1 kB each): 2^16 chunks stay within ~100 MB.
 MAX_PREFILL_CHUNKS = 2**16
@@ -48,17 +52,26 @@ def check_plot_job(n_batches: int, n_contexts: int) -> None:
                    f"MAX_PLOT_CELLS = {MAX_PLOT_CELLS:,}", "a coarser --N for the figure")
 
 
-def check_plan_job(engines: Mapping[str, Any], gpus_max: int | None) -> None:
-    """The plan's search: its layouts (up to --gpus-max GPUs) x per-rank batches x
-    policies, counted before any is evaluated."""
+def check_plan_job(engines: Mapping[str, Any], layout_gpus: int | None,
+                   open_loop: bool = False) -> None:
+    """The plan's search: its layouts (up to `layout_gpus` GPUs: --gpus, --gpus-max or
+    LAYOUT_GPUS) x per-rank batches x policies, or with the open loop x the replica counts
+    tried x the fixed point's bisection steps, counted before any is evaluated."""
+    from infest.compiler.analyses.openloop import BISECTION_STEPS
     from infest.compiler.analyses.plan import LAYOUT_GPUS, MAX_PER_RANK, layouts, used_degrees
+    from infest.compiler.analyses.plan_open import UTILISATIONS
     per_rank = int(math.log2(MAX_PER_RANK)) + 1
-    points = sum(len(layouts(gpus_max or LAYOUT_GPUS, used_degrees(e))) * per_rank
-                 for e in engines.values())
+    grid = sum(len(layouts(layout_gpus or LAYOUT_GPUS, used_degrees(e))) for e in engines.values())
+    points = grid * per_rank
     if points > MAX_PLAN_POINTS:
         raise fail(None, f"the plan would evaluate {points:,} (layout, batch, policy) points, "
                    f"more than MAX_PLAN_POINTS = {MAX_PLAN_POINTS:,}",
-                   "a smaller --gpus-max, or one --policy")
+                   "a smaller --gpus-max (or --gpus), or one --policy")
+    solves = grid * len(UTILISATIONS) * (BISECTION_STEPS + 2)
+    if open_loop and solves > MAX_OPEN_PLAN_POINTS:
+        raise fail(None, f"the open-loop plan would evaluate {solves:,} (layout, replicas, "
+                   f"policy, bisection step) points, more than MAX_OPEN_PLAN_POINTS = "
+                   f"{MAX_OPEN_PLAN_POINTS:,}", "a smaller --gpus-max, or one --policy")
 
 
 def check_serve_job(isl: int, chunk: int | None, batching: str) -> None:

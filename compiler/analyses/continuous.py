@@ -149,9 +149,10 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
     if draft is not None:
         dparts = [{**parts[0], "T": 1.0}, {**parts[1], "T": 1.0}, parts[2]]
         drafted = _stacked(draft, dparts)
+    hand = {"mixed": hand_off(runner, pieces[3]), "pure": hand_off(runner, pure)}
     out = {}
     for key in KEYS:
-        m, u = mixed[key], pure[f"step.{key}"]
+        m, u = mixed[key] + hand["mixed"][key], pure[f"step.{key}"] + hand["pure"][key]
         if draft is not None:
             step = [x[f"step.{key}"] for x in drafted]
             drafting = np.where(d > 0, step[0], 0.0)   # no decoders: no draft steps
@@ -199,6 +200,34 @@ class _Part(Mapping):
         return len(self.values)
 
 
+def clients_per_scheduler(clients: Any, pp: Any) -> np.ndarray:
+    """The clients of one micro-batch: a data-parallel rank's clients over the pp
+    micro-batches it keeps in flight (vLLM's virtual engines, TensorRT-LLM's pipeline
+    micro-batches), the busiest one's: ceil(c / pp)."""
+    return np.ceil(np.asarray(clients, dtype=float) / np.asarray(pp, dtype=float))
+
+
+def hand_off(runner: "Runner", values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """{key: one hand-off of the residual stream between two stages} (0 at pp = 1).
+
+    With pp micro-batches in flight each stage works on one while the others work on the
+    rest, so a micro-batch steps once per pp x (the slowest stage + its hand-off): with
+    balanced stages that is the forms' step of one micro-batch (pp stages and pp - 1
+    hand-offs, compiler/passes/parallel.py) plus one more hand-off. This is that one."""
+    out = {key: np.asarray(0.0) for key in KEYS}
+    ins = {k: values[k] for k in ("eff_mem", "eff_flops", "eff_link") if k in values}
+    for i, op in enumerate(runner.ops):
+        if op.kind != "send_recv":
+            continue
+        terms = {t.key: values[f"ops.{i}.{t.key}"] for t in TIME_TERMS}
+        sent = np.asarray(values[f"ops.{i}.count"]) > 0
+        out["roofline_s"] = out["roofline_s"] + np.where(
+            sent, reduce(np.maximum, (terms[k] for k in HARD_KEYS)), 0.0)
+        out["estimate_s"] = out["estimate_s"] + np.where(
+            sent, reduce(np.maximum, derated(terms, ins)), 0.0)
+    return out
+
+
 def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
               cost: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TPOT) of one cost key: TTFT = ttft_steps mixed steps; TPOT = the request's
@@ -209,14 +238,20 @@ def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
     return ttft, decode / (b.osl - 1)
 
 
-# How each time term of a mixed step (parts: decode and prompt) combines per op.
-_MIXED = {
-    "compute": lambda parts, tot, fix, k: sum(p[k] for p in parts),        # FLOPs add
-    "memory": lambda parts, tot, fix, k: sum(p[k] for p in parts) + fix,   # weights once
-    "comm": lambda parts, tot, fix, k: tot[k],                  # one call over all tokens
-    "launch": lambda parts, tot, fix, k: parts[0][k],           # the same kernels
-    "host": lambda parts, tot, fix, k: tot[k],                  # misses of experts all touch
+# How each time term of a mixed step (parts: decode and prompt) combines per op, by name
+# (the workbook's Plan sheet writes the same rules as formulas): "parts" add (FLOPs),
+# "parts+weights" add and read the weights all the step's tokens touch once, "total" is
+# the term at all the step's tokens (one collective call; the experts they all miss),
+# "decode" the decode part's (the same kernels).
+MIXED_RULES = {"compute": "parts", "memory": "parts+weights", "comm": "total",
+               "launch": "decode", "host": "total"}
+_RULES = {
+    "parts": lambda parts, tot, fix, k: sum(p[k] for p in parts),
+    "parts+weights": lambda parts, tot, fix, k: sum(p[k] for p in parts) + fix,
+    "total": lambda parts, tot, fix, k: tot[k],
+    "decode": lambda parts, tot, fix, k: parts[0][k],
 }
+_MIXED = {name: _RULES[rule] for name, rule in MIXED_RULES.items()}
 
 
 def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[str, Any]

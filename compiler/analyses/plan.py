@@ -8,9 +8,11 @@ slots B = b x dp with b = 1, 2, 4, .. MAX_PER_RANK sequences per data-parallel r
 Layouts the model's constraints reject are skipped. With --users U, replicas =
 ceil(U / B) and each replica carries the concurrency C = ceil(U / replicas) <= B, not B:
 the candidate is evaluated at C (rounded up to a multiple of dp, the batch the busiest
-data-parallel rank sets), so its numbers are those of the load it serves. With --rps R a
-replica carries C = B clients and replicas = ceil(R / (C / E2E)) (a closed loop sized to
-the rate; the open loop is not modelled yet). Each point is served exactly as `infest serve`
+data-parallel rank sets), so its numbers are those of the load it serves. (--rps: the
+open loop, compiler/analyses/plan_open.py; --gpus: a GPU budget, plan_gpus.py; both on
+this grid, dispatched by planner.py.) With pp > 1 each data-parallel rank keeps pp
+micro-batches in flight (ceil(C / dp / pp) clients each; compiler/analyses/continuous.py).
+Each point is served exactly as `infest serve`
 computes it, with the demand's batching (continuous by default: compiler/analyses/
 continuous.py, the same schedule and step costs; static: compiler/analyses/serve.py, the
 same contexts): one evaluation per policy over arrays shaped (layouts, B, contexts or
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.continuous import (Budget, Decoding, latencies, point_forms,
-                                                 schedule, step_costs)
+from infest.compiler.analyses.continuous import (Budget, Decoding, clients_per_scheduler,
+                                                 latencies, point_forms, schedule, step_costs)
 from infest.compiler.analyses.serve import (DEFAULT_BATCHING, DEFAULT_CHUNK, Request, busiest_batch,
                                             check_context, check_request, decode_contexts)
 from infest.compiler.core.keys import BUILTINS, PARALLEL
@@ -42,6 +44,7 @@ MAX_PER_RANK = 1024       # sequences per data-parallel rank tried (powers of tw
 MAX_GPUS = 2**20          # --gpus-max and any answer beyond it are refused
 BLOCK_LAYOUTS = 8         # layouts evaluated per call (bounded numpy temporaries)
 LIST_FACTOR = 4           # candidates listed: up to this many times the best's GPUs
+SLO_PERCENTILES = (None, 90, 99)   # what limits compare with: the mean, p90 or p99
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,13 @@ class Demand:
     gpus_max: int | None = None
     batching: str = DEFAULT_BATCHING
     chunk: int = DEFAULT_CHUNK
+    gpus: int | None = None              # a GPU budget (compiler/analyses/plan_gpus.py)
+    slo_percentile: int | None = None    # None: limits compare with means; 90 or 99
+
+    @property
+    def layout_gpus(self) -> int:
+        """The most GPUs one replica's layout may take: --gpus, --gpus-max or LAYOUT_GPUS."""
+        return self.gpus or self.gpus_max or LAYOUT_GPUS
 
 
 def layouts(max_gpus: int, degrees: frozenset[str] = frozenset(PARALLEL)) -> np.ndarray:
@@ -89,13 +99,13 @@ def evaluate_grid(engine: "Serving", demand: Demand, overrides: Mapping[str, Any
     """TTFT, TPOT (the engine's `use`: estimate or bound), B and C, layout gpus, ok (valid and the decode fits) and
     ok_prefill (valid and the prefill fits) for every layout row x B: shape (L, nb)."""
     per_rank = 2.0 ** np.arange(int(math.log2(MAX_PER_RANK)) + 1)
-    base = [_base(a, overrides) for a in (engine.decode, engine.prefill)]
+    base = [base_inputs(a, overrides) for a in (engine.decode, engine.prefill)]
     parts = [_block(engine, demand, base, grid[i:i + BLOCK_LAYOUTS], per_rank)
              for i in range(0, len(grid), BLOCK_LAYOUTS)]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _base(runner: "Runner", overrides: Mapping[str, Any]) -> dict[str, float]:
+def base_inputs(runner: "Runner", overrides: Mapping[str, Any]) -> dict[str, float]:
     """Every input at its value (resolved once: resolving walks every form); the model's
     constraints are checked at each grid point, not at the default B and N."""
     return {i.name: float(i.value) for i in runner.inputs(overrides, checked=False)}
@@ -107,12 +117,12 @@ def _block(engine: "Serving", demand: Demand, base: list[dict[str, float]], rows
     C = carried(demand.users, per_rank[None, :, None] * layout["dp"])
     B = busiest_batch(C, layout["dp"])
     shape = (len(rows), len(per_rank))
-    last = _values(engine.decode, base[0], {**layout, "B": B, "N": float(
+    last = values_at(engine.decode, base[0], {**layout, "B": B, "N": float(
         demand.isl + demand.osl - 2), "T": 1.0})              # the last decode step: fits
     valid = np.broadcast_to(last["valid"], shape + (1,))[..., 0]
     fits = np.broadcast_to(last["memory.fits"], shape + (1,))[..., 0].astype(bool)
     if demand.batching == "static":
-        pre = _values(engine.prefill, base[1], {**layout, "B": B, "N": float(demand.isl)})
+        pre = values_at(engine.prefill, base[1], {**layout, "B": B, "N": float(demand.isl)})
         fits_prefill = np.broadcast_to(pre["memory.fits"], shape + (1,))[..., 0].astype(bool)
         valid = valid & np.broadcast_to(pre["valid"], shape + (1,))[..., 0]
         ttft, tpot = _static_times(engine, demand, base[0], layout, B, pre, shape)
@@ -131,7 +141,7 @@ def _static_times(engine: "Serving", demand: Demand, base: Mapping[str, float],
                   shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Static batching: TTFT the prefill step at B, TPOT the mean decode step at B."""
     contexts = decode_contexts(demand.isl, demand.osl)[None, None, :]
-    dec = _values(engine.decode, base, {**layout, "B": B, "N": contexts, "T": 1.0})
+    dec = values_at(engine.decode, base, {**layout, "B": B, "N": contexts, "T": 1.0})
     key = f"step.{engine.key}"
     tpot = np.broadcast_to(dec[key], shape + (contexts.shape[-1],)).mean(axis=-1)
     return np.broadcast_to(pre[key], shape + (1,))[..., 0], tpot
@@ -141,10 +151,11 @@ def _continuous_times(engine: "Serving", demand: Demand, base: Mapping[str, floa
                       layout: Mapping[str, np.ndarray], B: np.ndarray,
                       shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Continuous batching: serve's schedule and step costs at every layout x batch
-    (c = B / dp clients on the busiest rank; the chunk points on the last axis)."""
+    (B / dp clients on the busiest rank, ceil(B / dp / pp) in each of its pp micro-batches;
+    the chunk points on the last axis)."""
     budget, dec = Budget(demand.isl, demand.osl, demand.chunk), Decoding(1.0, demand.osl - 1)
     dp = layout["dp"][..., 0]
-    c = B / dp
+    c = clients_per_scheduler(B / dp, layout["pp"][..., 0])
     sched = schedule(c, budget, dec)
     forms = point_forms(engine.decode.compiled(list(base)), {**base, **layout, "T": 1.0})
     costs = step_costs(forms, engine.decode, c, dp, budget, dec, sched)
@@ -152,7 +163,7 @@ def _continuous_times(engine: "Serving", demand: Demand, base: Mapping[str, floa
     return np.broadcast_to(ttft, shape), np.broadcast_to(tpot, shape)
 
 
-def _values(runner: "Runner", base: Mapping[str, float], point: Mapping[str, Any]) -> dict:
+def values_at(runner: "Runner", base: Mapping[str, float], point: Mapping[str, Any]) -> dict:
     """The forms over the grid, and where the model's constraints hold (and all finite)."""
     values = {**base, **point}
     out = runner.compiled(list(base))(values)
@@ -168,11 +179,14 @@ def plan(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mapping[st
     of those candidates), best_dominated_by (a front point beating the best on both rates,
     or None); an error naming the binding limit when none meets them."""
     check_demand(demand, overrides)
+    if demand.users is None:
+        raise fail(None, "plan() sizes for --users; compiler/analyses/planner.py answers "
+                   "--rps (plan_open.py) and --gpus (plan_gpus.py)")
     for engine in engines.values():
         check_context(engine.decode, demand.isl, demand.osl, overrides)
     rows = [c for policy, grid, g in grids(engines, demand, overrides)
-            for c in _candidates(policy, grid, g, demand)]
-    meeting = [c for c in rows if _meets(c, demand)]
+            for c in candidates(policy, grid, g, demand)]
+    meeting = [c for c in rows if meets(c, demand)]
     if not meeting:
         raise no_answer(rows, demand)
     meeting.sort(key=lambda c: (c["gpus"], -c["tokens_per_s_per_gpu"]))
@@ -186,12 +200,13 @@ def plan(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mapping[st
 
 def request_of(engines: Mapping[str, "Serving"], d: Demand) -> dict[str, Any]:
     """What the plan answered, in base units (limits in seconds; None: no limit). Limits
-    compare with means (slo_percentile None)."""
+    compare with means (slo_percentile None) or that percentile."""
     first = next(iter(engines.values()))
-    demand = {"users": d.users} if d.users is not None else {"rps": d.rps}
+    demand = ({"users": d.users} if d.users is not None else
+              {"gpus": d.gpus} if d.gpus is not None else {"rps": d.rps})
     return {"model": first.decode.model, "hardware": first.decode.hardware, "isl": d.isl,
             "osl": d.osl, **demand, "tpot_max_s": d.tpot_max, "ttft_max_s": d.ttft_max,
-            "slo_percentile": None, "gpus_max": d.gpus_max, "batching": d.batching,
+            "slo_percentile": d.slo_percentile, "gpus_max": d.gpus_max, "batching": d.batching,
             "chunk": d.chunk if d.batching == "continuous" else None,
             "engine": first.decode.engine, "use": first.use, "policies": list(engines)}
 
@@ -213,13 +228,14 @@ def grids(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mapping[s
     """(policy, layout rows, evaluate_grid's arrays) for every policy."""
     out = []
     for policy, engine in engines.items():
-        grid = layouts(demand.gpus_max or LAYOUT_GPUS, used_degrees(engine))
+        grid = layouts(demand.layout_gpus, used_degrees(engine))
         out.append((policy, grid, evaluate_grid(engine, demand, overrides, grid)))
     return out
 
 
-def _candidates(policy: str, grid: np.ndarray, g: Mapping[str, np.ndarray],
-                demand: Demand) -> list[dict[str, Any]]:
+def candidates(policy: str, grid: np.ndarray, g: Mapping[str, np.ndarray],
+               demand: Demand) -> list[dict[str, Any]]:
+    """One candidate per layout and carried load that fits (one replica with --gpus)."""
     out, seen = [], set()
     for i, j in zip(*np.nonzero(g["ok"])):
         if (i, g["C"][i, j]) in seen:   # several slot counts carry the same load
@@ -246,10 +262,13 @@ def _candidate(policy: str, row: np.ndarray, g: Mapping[str, float],
 def _replicas(demand: Demand, b: int, e2e: float) -> int:
     if demand.users is not None:
         return math.ceil(demand.users / b)
-    return math.ceil(demand.rps / (b / e2e))   # a replica completes B requests per E2E
+    if demand.gpus is not None:   # plan_gpus sets the replicas from the budget
+        return 1
+    raise fail(None, "plan --rps is the open loop (compiler/analyses/plan_open.py)")
 
 
-def _meets(c: Mapping[str, Any], d: Demand) -> bool:
+def meets(c: Mapping[str, Any], d: Demand) -> bool:
+    """The candidate's means are within the limits and its GPUs within --gpus-max."""
     return ((d.tpot_max is None or c["tpot_s"] <= d.tpot_max)
             and (d.ttft_max is None or c["ttft_s"] <= d.ttft_max)
             and (d.gpus_max is None or c["gpus"] <= d.gpus_max))
@@ -277,8 +296,8 @@ def no_answer(rows: list[dict[str, Any]], d: Demand):
             top = min(rows, key=lambda c: c[key])
             return fail(None, f"no layout meets {flag} {duration(limit)}: the best is "
                         f"{duration(top[key])} ({describe(top)})", f"relax {flag}")
-    fewest = min(rows, key=lambda c: c["gpus"] if _meets({**c, "gpus": 0}, d) else math.inf)
-    if d.gpus_max is not None and _meets({**fewest, "gpus": 0}, d):
+    fewest = min(rows, key=lambda c: c["gpus"] if meets({**c, "gpus": 0}, d) else math.inf)
+    if d.gpus_max is not None and meets({**fewest, "gpus": 0}, d):
         return fail(None, f"--gpus-max {d.gpus_max} binds: the fewest GPUs meeting the other "
                     f"limits is {fewest['gpus']} ({describe(fewest)})", "raise --gpus-max")
     return fail(None, "the limits hold one at a time but no layout meets them together",
@@ -297,8 +316,15 @@ def check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:
     for name in BUILTINS + PARALLEL:
         if name in overrides:
             raise fail(None, f"--set {name}: plan searches it")
-    if (d.users is None) == (d.rps is None):
-        raise fail(None, "give exactly one demand: --users U or --rps R")
+    if sum(x is not None for x in (d.users, d.rps, d.gpus)) != 1:
+        raise fail(None, "give exactly one demand: --users U, --rps R or --gpus G")
+    if d.gpus is not None and d.gpus_max is not None:
+        raise fail(None, "--gpus G is the budget: --gpus-max would be a second one",
+                   "drop --gpus-max")
+    if d.gpus is not None and not 1 <= d.gpus <= MAX_GPUS:
+        raise fail(None, f"--gpus {d.gpus}: must be 1 .. {MAX_GPUS:,} (MAX_GPUS)")
+    if d.slo_percentile not in SLO_PERCENTILES:
+        raise fail(None, f"--slo-percentile {d.slo_percentile}: use 90 or 99")
     if d.users is not None and not 1 <= d.users <= MAX_GPUS * MAX_PER_RANK:
         raise fail(None, f"--users {d.users}: must be 1 .. {MAX_GPUS * MAX_PER_RANK:,}")
     if d.rps is not None and not 0 < d.rps < 1e12:

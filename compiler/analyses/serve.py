@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, latencies, point_forms,
-                                                 schedule, step_costs)
-from infest.compiler.analyses.speculative import (LAYOUT, Draft, both_fit, breakeven, speculate,
-                                                  tokens_per_round)
+from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
+                                                 latencies, point_forms, schedule, step_costs)
+from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
+                                                  speculate, tokens_per_round)
 from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.dsl.errors import fail
@@ -66,11 +66,12 @@ METRIC_KEYS = ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_gp
 @dataclass(frozen=True)
 class Request:
     """A request shape, its load and how it is scheduled: `concurrency` clients per replica
-    (a closed loop; static: the batch), `batching` and the token budget `chunk`."""
+    (a closed loop; static: the batch; None with an open loop's rate), `batching` and the
+    token budget `chunk`."""
 
     isl: int
     osl: int
-    concurrency: int
+    concurrency: int | None
     batching: str = DEFAULT_BATCHING
     chunk: int = DEFAULT_CHUNK
 
@@ -101,7 +102,8 @@ def check_request(r: Request) -> None:
     _count("--osl", r.osl, 2, MAX_TOKENS, "MAX_TOKENS",
            "TPOT = (E2E - TTFT) / (OSL - 1) needs OSL >= 2; a prompt alone: "
            "`infest eval --phase prefill`")
-    _count("--concurrency", r.concurrency, 1, MAX_CONCURRENCY, "MAX_CONCURRENCY")
+    if r.concurrency is not None:   # None: an open loop (compiler/analyses/serve_open.py)
+        _count("--concurrency", r.concurrency, 1, MAX_CONCURRENCY, "MAX_CONCURRENCY")
     _count("--chunk", r.chunk, 1, MAX_TOKENS, "MAX_TOKENS")
     if r.batching not in BATCHING:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
@@ -179,8 +181,9 @@ def _speculative(engine: Serving, draft: Draft, r: Request, overrides: Mapping[s
 
 
 def draft_notes(draft: Draft) -> dict[str, Any]:
-    """The draft's length and acceptance, as serve reports them."""
-    return {"draft_len": draft.length, "acceptance": draft.acceptance}
+    """The draft's length and acceptance (and an MTP draft's modules), as serve reports them."""
+    mtp = {"draft": "mtp", "mtp_modules": draft.modules} if draft.modules else {}
+    return {"draft_len": draft.length, "acceptance": draft.acceptance, **mtp}
 
 
 def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any]) -> dict:
@@ -196,14 +199,20 @@ def metrics(request: Request, ttft: float, tpot: float, info: Mapping[str, Any])
             **dict.fromkeys(PERCENTILE_KEYS), "saturated": False}
 
 
-def _dp(runner: "Runner", overrides: Mapping[str, Any]) -> float:
+def data_parallel(runner: "Runner", overrides: Mapping[str, Any]) -> float:
+    """dp of the layout (1 unless --set dp=..)."""
+    return layout_degree(runner, overrides, "dp")
+
+
+def layout_degree(runner: "Runner", overrides: Mapping[str, Any], name: str) -> float:
+    """One parallel degree of the layout (tp, ep, pp or dp: 1 unless --set)."""
     return next((float(i.value) for i in runner.inputs(overrides, checked=False)
-                 if i.name == "dp"), 1.0)
+                 if i.name == name), 1.0)
 
 
 def _static(engine: Serving, r: Request, overrides: Mapping[str, Any]):
     """((TTFT, its bound), (TPOT, its bound), info) for static batching."""
-    batch = float(busiest_batch(r.concurrency, _dp(engine.decode, overrides)))
+    batch = float(busiest_batch(r.concurrency, data_parallel(engine.decode, overrides)))
     pre = evaluate(engine.prefill, overrides, {"B": batch, "N": r.isl})
     contexts = decode_contexts(r.isl, r.osl)
     last = float(r.isl + r.osl - 2)   # the last decode step: its cache then holds ISL + OSL - 1
@@ -224,16 +233,18 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
                 draft: Draft | None):
     """((TTFT, bound), (TPOT, bound), info) under continuous batching, with a draft
     speculating inside the batch (compiler/analyses/continuous.py)."""
-    dp = _dp(engine.decode, overrides)
-    c = math.ceil(r.concurrency / dp)          # the busiest rank's clients
+    dp = data_parallel(engine.decode, overrides)
+    rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
     info = _info(evaluate(engine.decode, overrides,
-                          {"B": c * dp, "N": float(r.isl + r.osl - 2)}))
+                          {"B": rank * dp, "N": float(r.isl + r.osl - 2)}))
+    # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
+    c = int(clients_per_scheduler(rank, layout_degree(engine.decode, overrides, "pp")))
     budget = Budget(r.isl, r.osl, r.chunk)
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
         sched, out = plain
         return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched)})
-    spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides)
+    spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides, rank * dp)
     sched, out = spec
     ttft, tpot = _pair(engine, out)
     round_s = tpot[0] * tpr                    # a mean round: the steps per token x tokens
@@ -270,21 +281,21 @@ def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp
 
 
 def _draft_base(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, float]:
-    """The draft's inputs: its own defaults on the target's layout."""
-    layout = {n: v for n, v in overrides.items() if n in LAYOUT}
-    return {i.name: float(i.value) for i in draft.engine.decode.inputs(layout, checked=False)}
+    """The draft's inputs: its own defaults on the target's layout (MTP: the target's)."""
+    own = draft_overrides(draft, overrides)
+    return {i.name: float(i.value) for i in draft.engine.decode.inputs(own, checked=False)}
 
 
 def _draft_run(engine: Serving, draft: Draft, budget: Budget, c: int, dp: float,
-               overrides: Mapping[str, Any]):
+               overrides: Mapping[str, Any], batch: float):
     """(the speculative schedule and costs, tokens per round, both models fit)."""
     tpr = tokens_per_round(draft.length, draft.acceptance)
     dec = Decoding(float(draft.length + 1), (budget.osl - 1) / tpr)
     run = _continuous_costs(engine, budget, dec, c, dp, overrides, draft)
-    last = {"B": c * dp, "N": float(budget.isl + budget.osl - 2)}
-    layout = {n: v for n, v in overrides.items() if n in LAYOUT}
+    last = {"B": batch, "N": float(budget.isl + budget.osl - 2)}   # every micro-batch's KV
     fits = both_fit(evaluate(engine.decode, overrides, last),
-                    evaluate(draft.engine.decode, layout, last))
+                    evaluate(draft.engine.decode, draft_overrides(draft, overrides), last),
+                    draft.modules)
     return run, tpr, fits
 
 

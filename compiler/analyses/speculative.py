@@ -7,7 +7,9 @@ yields (1 - A^(K+1)) / (1 - A) tokens. A round costs K draft decode steps (T = 1
 target step over T = K + 1 tokens, at the same batch and context; TPOT = mean round cost /
 tokens per round, averaged over the same decode contexts as plain TPOT. TTFT adds the
 draft's prefill of the prompt. The draft runs on the target's GPUs with the same layout,
-so its weights and KV cache share their memory. Speculation stops paying at the acceptance
+so its weights and KV cache share their memory. An MTP draft (`--draft mtp`,
+compiler/analyses/mtp.py) is the target's own spec: every --set applies to it, and its
+weights are already the target's, so only its KV cache adds. Speculation stops paying at the acceptance
 where the two TPOTs are equal: tokens per round = round cost / plain TPOT, found by
 bisection (it rises from 1 at A = 0 towards K + 1 as A -> 1).
 """
@@ -32,11 +34,20 @@ LAYOUT = PARALLEL
 
 @dataclass(frozen=True)
 class Draft:
-    """A draft model's engine, its tokens per round and the acceptance rate."""
+    """A draft model's engine, its tokens per round and the acceptance rate; `modules`:
+    0 for a separate draft spec, else the MTP modules of the target's own spec it runs."""
 
     engine: "Serving"
     length: int
     acceptance: float
+    modules: int = 0
+
+
+def draft_overrides(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs set on the draft: all of them for the target's own MTP layers, else
+    only the layout (a separate spec has its own params)."""
+    return dict(overrides) if draft.modules else {
+        n: v for n, v in overrides.items() if n in LAYOUT}
 
 
 def check_draft(length: Any, acceptance: Any) -> None:
@@ -72,15 +83,16 @@ def speculate(target: "Serving", draft: Draft, request: "Request", contexts: np.
               overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Per estimate and bound: round cost, plain TPOT, TPOT, draft prefill; fits; break-even."""
     c, k = request.concurrency, draft.length
-    layout = {n: v for n, v in overrides.items() if n in LAYOUT}
+    layout = draft_overrides(draft, overrides)
     point = {"B": c, "N": contexts}
     plain = evaluate(target.decode, overrides, point)
     verify = evaluate(target.decode, overrides, {**point, "T": float(k + 1)})
     drafted = evaluate(draft.engine.decode, layout, point)
     pre = evaluate(draft.engine.prefill, layout, {"B": c, "N": request.isl})
+    last = {"B": c, "N": float(request.isl + request.osl - 2)}
     out = {"tokens_per_round": tokens_per_round(k, draft.acceptance), "fits": both_fit(
-        evaluate(target.decode, overrides, {"B": c, "N": float(request.isl + request.osl - 2)}),
-        evaluate(draft.engine.decode, layout, {"B": c, "N": float(request.isl + request.osl - 2)}))}
+        evaluate(target.decode, overrides, last), evaluate(draft.engine.decode, layout, last),
+        draft.modules)}
     for key in (target.key, "roofline_s"):
         rnd = float(np.mean(k * drafted[f"step.{key}"] + verify[f"step.{key}"]))
         base = float(np.mean(plain[f"step.{key}"]))
@@ -90,7 +102,9 @@ def speculate(target: "Serving", draft: Draft, request: "Request", contexts: np.
     return out
 
 
-def both_fit(target: Mapping[str, Any], draft: Mapping[str, Any]) -> bool:
-    """Both models' weights and KV caches in one GPU's memory."""
-    used = target["memory.total_bytes_per_gpu"] + draft["memory.total_bytes_per_gpu"]
-    return bool(used <= target["memory.capacity_bytes"])
+def both_fit(target: Mapping[str, Any], draft: Mapping[str, Any], modules: int = 0) -> bool:
+    """Both models' weights and KV caches in one GPU's memory; an MTP draft (`modules` > 0)
+    adds only its KV cache, one module's per module (its weights are the target's)."""
+    added = draft["memory.kv_bytes_per_gpu"] * modules if modules else \
+        draft["memory.total_bytes_per_gpu"]
+    return bool(target["memory.total_bytes_per_gpu"] + added <= target["memory.capacity_bytes"])

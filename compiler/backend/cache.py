@@ -185,15 +185,17 @@ def store(key: str, runner: Runner, reads: Sequence[Read], lookups: Sequence[Loo
 
 
 def cached_runner(spec: str, hw: str | None, phase: str = "decode", model: str | None = None,
-                  policy: str | None = None, engine: str | None = None) -> Runner:
-    """The Runner for these arguments: from the cache when current, else built (with
-    sympy) and stored."""
+                  policy: str | None = None, engine: str | None = None,
+                  draft: str | None = None) -> Runner:
+    """The Runner for these arguments (`draft="mtp"`: the spec's MTP draft): from the
+    cache when current, else built (with sympy) and stored."""
     key = entry_key(str(spec), None if hw is None else str(hw), phase=phase, model=model,
-                    policy=policy, engine=engine)
+                    policy=policy, engine=engine, draft=draft)
     runner = load(key)
     if runner is None:
         from infest.compiler.api import analyze
-        analysis = analyze(spec, hw=hw, phase=phase, model=model, policy=policy, engine=engine)
+        analysis = analyze(spec, hw=hw, phase=phase, model=model, policy=policy, engine=engine,
+                           draft=draft)
         runner = analysis.runner
         store(key, runner, analysis.reads, analysis.lookups)
     return runner

@@ -162,10 +162,11 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
     """Append a collective op after `src`: `elements` values of the residual dtype
     (all-reduce) or the activation dtype (everything else) per call."""
     dtype = src.dtypes.residual if kind == "all_reduce" else src.dtypes.act
-    # A held op (weights stored, not run) moves nothing: its collectives are free too.
+    # A held op (weights stored, not run) moves nothing: its collectives are never
+    # called (no bytes, no latency, not counted).
     cost = Cost(kernels=sympy.S.Zero) if src.held else \
         Cost(kernels=ONE, comm_bytes=elements * element_bytes(dtype))
-    calls = (src.count if count is None else count) * several(gpus)
+    calls = sympy.S.Zero if src.held else (src.count if count is None else count) * several(gpus)
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
                          params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,
                          kv_per_token=sympy.S.Zero, inputs=(w.alias.get(src.name, src.name),),

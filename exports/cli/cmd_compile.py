@@ -54,21 +54,26 @@ def _write_xlsx(analysis, args: argparse.Namespace, overrides: dict) -> int:
     if analysis.hardware is None:
         raise fail(None, "--xlsx needs --hw", "e.g. --hw h100_sxm")
     path = Path(args.xlsx or f"{analysis.model.name}_{analysis.hardware.name}.xlsx")
+    import sys
+
     from infest.exports.output import argument_inputs
+    print(f"writing {path}:", end="", file=sys.stderr, flush=True)
     write_workbook(analysis, path, overrides, _serving(analysis, args),
-                   argument_inputs(args, ("xlsx",)))
+                   argument_inputs(args, ("xlsx",)),
+                   progress=lambda step: print(f" {step}...", end="", file=sys.stderr, flush=True))
+    print(" done", file=sys.stderr)
     print(f"wrote {path}")
     return 0
 
 
 def _serving(analysis, args: argparse.Namespace):
-    """The decode and prefill analyses for the Plan sheet (the one given and the other)."""
+    """The decode analysis the Plan sheet costs its steps with (continuous batching uses
+    the decode forms alone): the one given, or derived when the workbook shows prefill."""
+    if analysis.forms.phase == "decode":
+        return analysis
     from infest.compiler.api import analyze
-    from infest.exports.workbook.xlsx_plan import Phases
-    other = "prefill" if analysis.forms.phase == "decode" else "decode"
-    second = analyze(args.spec, hw=args.hw, phase=other, model=args.model, policy=args.policy,
-                     engine=args.engine)
-    return Phases(analysis, second) if other == "prefill" else Phases(second, analysis)
+    return analyze(args.spec, hw=args.hw, phase="decode", model=args.model, policy=args.policy,
+                   engine=args.engine)
 
 
 def substituted_forms(analysis, overrides: dict, keep_params: bool) -> dict:

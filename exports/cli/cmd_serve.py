@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from infest.exports.cli.common import add_spec_args, parse_sets
+from infest.exports.cli.common import add_spec_args, parse_rate, parse_sets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,11 +13,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_args(p, hw_required=True, phase=False)
     add_request_args(p)
     add_use_arg(p)
-    p.add_argument("--concurrency", type=int, required=True, metavar="C",
-                   help="clients per replica, closed loop: each sends its next request "
-                        "the moment one ends (static: the batch)")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--concurrency", type=int, metavar="C",
+                      help="clients per replica, closed loop: each sends its next request "
+                           "the moment one ends (static: the batch)")
+    load.add_argument("--rps", metavar="R", help="open loop: Poisson arrivals per replica, "
+                      "per second (20 or 20/s)")
+    p.add_argument("--max-concurrency", type=int, metavar="C", help="with --rps: running "
+                   "requests per replica (default: the KV capacity at ISL + OSL)")
+    p.add_argument("--simulate", action="store_true", help="with --rps: also run the "
+                   "request-level simulation of the same scheduler")
+    p.add_argument("--requests", type=int, default=10_000, metavar="N",
+                   help="requests the simulation measures, after 1,000 of warm-up (default 10,000)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="the simulation's seed (default 0)")
     add_batching_args(p)
-    p.add_argument("--draft", metavar="SPEC", help="speculative decoding: the draft model's spec")
+    p.add_argument("--draft", metavar="SPEC|mtp", help="speculative decoding: the draft "
+                   "model's spec, or mtp: the spec's own multi-token-prediction layers")
     p.add_argument("--draft-len", type=int, default=4, metavar="K",
                    help="tokens the draft proposes per round (default 4)")
     p.add_argument("--acceptance", type=float, metavar="A",
@@ -72,20 +83,46 @@ def chunk_of(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Evaluate the request shape and print text or JSON."""
     from infest.compiler.analyses.serve import Request, check_request, serve
+    from infest.dsl.errors import fail
     from infest.exports.text.serve_text import serve_text
     request = Request(args.isl, args.osl, args.concurrency, args.batching, chunk_of(args))
     check_request(request)
     from infest.compiler.analyses.budget import check_serve_job
     check_serve_job(request.isl, request.chunk, request.batching)
+    load = _open_load(args, request)
     draft = _draft(args)
+    if load is not None and draft is not None:
+        raise fail(None, "--rps with --draft: the open loop does not model speculation yet",
+                   "use --concurrency with --draft")
     engine = make_engine(args)
-    result = serve(engine, request, parse_sets(args.set), draft)
+    if load is None:
+        result = serve(engine, request, parse_sets(args.set), draft)
+        result["concurrency"] = args.concurrency
+    else:
+        from infest.compiler.analyses.serve_open import serve_open
+        result = serve_open(engine, request, load, parse_sets(args.set))
     result.update(use=args.use, model=engine.decode.model, hardware=engine.decode.hardware,
                   policy=engine.decode.policy, engine=engine.decode.engine, isl=args.isl,
-                  osl=args.osl, concurrency=args.concurrency,
-                  chunk=request.chunk if args.batching == "continuous" else None)
+                  osl=args.osl, chunk=request.chunk if args.batching == "continuous" else None)
     print(json.dumps(result, indent=2) if args.json else serve_text(result))
     return 0
+
+
+def _open_load(args: argparse.Namespace, request):
+    """The open loop of --rps (checked), or None with --concurrency (whose own flags are
+    then refused)."""
+    from infest.dsl.errors import fail
+    if args.rps is None:
+        for flag, given in (("--max-concurrency", args.max_concurrency is not None),
+                            ("--simulate", args.simulate)):
+            if given:
+                raise fail(None, f"{flag} needs --rps (an open loop)", "e.g. --rps 20")
+        return None
+    from infest.compiler.analyses.serve_open import OpenLoad, check_load
+    load = OpenLoad(parse_rate("--rps", args.rps), args.max_concurrency, args.simulate,
+                    args.requests, seed=args.seed)
+    check_load(load, request)
+    return load
 
 
 def _draft(args: argparse.Namespace):
@@ -101,6 +138,10 @@ def _draft(args: argparse.Namespace):
     if args.acceptance is None:
         raise fail(None, "--draft needs --acceptance A", "e.g. --acceptance 0.7")
     check_draft(args.draft_len, args.acceptance)
+    if args.draft == "mtp":
+        from infest.compiler.analyses.mtp import mtp_draft
+        return mtp_draft(args.spec, args.hw, args.draft_len, args.acceptance, parse_sets(args.set),
+                         model=args.model, policy=args.policy, engine=args.engine, use=args.use)
     engine = Serving(*(cached_runner(args.draft, args.hw, phase=phase, engine=args.engine)
                       for phase in ("decode", "prefill")), use=args.use)
     return Draft(engine, args.draft_len, args.acceptance)

@@ -32,6 +32,7 @@ OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
 OOM_FONT = Font(color="808080", strike=True)
 UNFIT_FILL = PatternFill("solid", fgColor="FFC7CE")  # Excel's own "bad" red
 UNFIT_FONT = Font(color="9C0006", bold=True)
+READABLE_CHARS = 400  # no formula longer (the leading = counted): longer parts get cells
 NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not computing
 
 # The unit an input is typed in: base dimension -> (base units per human unit, unit).
@@ -69,12 +70,14 @@ class Builder:
         """A workbook-scoped defined name for one cell."""
         check_excel_name(name)
         col, row = re.match(r"([A-Z]+)(\d+)", cell).groups()  # type: ignore[union-attr]
-        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{sheet}!${col}${row}")
+        title = f"'{sheet}'" if not sheet.isidentifier() else sheet
+        self.wb.defined_names[name] = DefinedName(name, attr_text=f"{title}!${col}${row}")
 
     def formula(self, expr: sympy.Basic, names: Mapping[sympy.Symbol, str] | None = None,
                 allocate: Callable[[sympy.Basic], str] | None = None) -> str:
         """`=...` for an expression, long parts hoisted into helper cells."""
-        return "=" + excel_formula_split(expr, names or self.names, allocate or self._helper)
+        return "=" + excel_formula_split(expr, names or self.names, allocate or self._helper,
+                                         READABLE_CHARS - 1)
 
     def _helper(self, expr: sympy.Basic) -> str:
         """A cell on the Helpers sheet holding a hoisted subexpression (shared)."""
@@ -82,7 +85,7 @@ class Builder:
             ws = self.wb["Helpers"]
             row = ws.max_row + 1
             self.helpers[expr] = f"Helpers!$B${row}"
-            ws.cell(row, 1, f"h{row}")
+            ws.cell(row, 1, f"h{row}: a part of a longer formula")
             set_formula(ws.cell(row, 2), self.formula(expr), expr)
         return self.helpers[expr]
 
@@ -110,7 +113,8 @@ def live_cell(b: Builder, cell, names: Mapping[sympy.Symbol, str], forms: tuple,
             title = f"{mirror_prefix}_h{len(hoisted) + 1}"
             mirror = b.wb[title] if title in b.wb.sheetnames else b.wb.create_sheet(title)
             hoisted[sub] = f"'{title}'!{cell.column_letter}{cell.row}"
-            mirror.cell(cell.row, cell.column, "=" + excel_formula_split(sub, names, allocate))
+            mirror.cell(cell.row, cell.column,
+                        "=" + excel_formula_split(sub, names, allocate, READABLE_CHARS - 1))
         return hoisted[sub]
 
-    set_formula(cell, "=" + excel_formula_split(readable, names, allocate), expr)
+    set_formula(cell, "=" + excel_formula_split(readable, names, allocate, READABLE_CHARS - 1), expr)

@@ -538,10 +538,11 @@ def excel_formula(expr: sympy.Basic, names: Mapping[sympy.Symbol, str], *,
 
 
 def excel_formula_split(expr: sympy.Basic, names: Mapping[sympy.Symbol, str],
-                        allocate: Callable[[sympy.Basic], str]) -> str:
+                        allocate: Callable[[sympy.Basic], str],
+                        chars: int = SPLIT_CHARS) -> str:
     """Like ``excel_formula``, hoisting subexpressions so the result fits Excel.
 
-    While the formula is longer than ~8,000 characters or nests deeper than 60
+    While the formula is longer than ``chars`` (~8,000 by default) or nests deeper than 60
     levels, a subexpression is moved out: ``allocate(subexpr)`` must return the
     reference of a helper cell, which the caller then fills with
     ``excel_formula_split(subexpr, names, allocate)``.  Each hoisted
@@ -551,7 +552,7 @@ def excel_formula_split(expr: sympy.Basic, names: Mapping[sympy.Symbol, str],
     across calls; memoise it to share helper cells.
     """
     with _recursion_guard():
-        return _Splitter(ExcelPrinter(names), allocate).run(_as_basic(expr))
+        return _Splitter(ExcelPrinter(names), allocate, chars).run(_as_basic(expr))
 
 
 @contextmanager
@@ -568,25 +569,26 @@ def _associative(node: sympy.Basic | _Regrouped) -> bool:
     return isinstance(node, _Regrouped) or type(node) in _ASSOCIATIVE
 
 
-def _fits(text: str) -> bool:
+def _fits(text: str, chars: int = SPLIT_CHARS) -> bool:
     """Whether a formula is within the splitter's targets."""
-    return len(text) <= SPLIT_CHARS and nesting_depth(text) <= SPLIT_NESTING
+    return len(text) <= chars and nesting_depth(text) <= SPLIT_NESTING
 
 
 class _Splitter:
     """Hoists subexpressions of one expression until its formula fits."""
 
     def __init__(self, printer: ExcelPrinter,
-                 allocate: Callable[[sympy.Basic], str]) -> None:
+                 allocate: Callable[[sympy.Basic], str], chars: int = SPLIT_CHARS) -> None:
         self.printer = printer
         self.allocate = allocate
+        self.chars = chars
 
     def run(self, expr: sympy.Basic) -> str:
         """Print ``expr``, hoisting one subtree (or one regrouping) per round."""
         previous = None
         while True:
             text = self.printer.doprint(expr)
-            if _fits(text):
+            if _fits(text, self.chars):
                 return text
             if text == previous:
                 # A round that changes nothing would repeat forever.
@@ -601,7 +603,7 @@ class _Splitter:
 
     def _small(self, size: int, by_depth: bool) -> bool:
         """Small enough to be a helper cell's whole formula with room to spare."""
-        return size <= (SPLIT_NESTING if by_depth else SPLIT_CHARS) // 2
+        return size <= (SPLIT_NESTING if by_depth else self.chars) // 2
 
     def _kids(self, node: sympy.Basic) -> list[sympy.Basic]:
         """Printable children of a node that are worth hoisting."""
@@ -658,7 +660,7 @@ class _Splitter:
         used = 0
         for arg in args:
             size = len(self.printer.doprint(arg)) + 1
-            if groups[-1] and used + size > SPLIT_CHARS // 2:
+            if groups[-1] and used + size > self.chars // 2:
                 groups.append([])
                 used = 0
             groups[-1].append(arg)
@@ -672,7 +674,7 @@ class _Splitter:
             pair = node.args[keep]
             size = len(self.printer.doprint(pair.expr)) + \
                 len(self.printer.doprint(pair.cond))
-            if keep and used + size > SPLIT_CHARS // 2:
+            if keep and used + size > self.chars // 2:
                 break
             keep, used = keep + 1, used + size
         tail = sympy.Piecewise(*node.args[keep:], evaluate=False)

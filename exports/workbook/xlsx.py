@@ -12,60 +12,69 @@ spreadsheet engine gives the numbers `infest eval` gives for those inputs.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import sympy
-from openpyxl.chart import Reference, ScatterChart, Series
 from openpyxl.formatting.rule import FormulaRule
-from openpyxl.styles import Alignment, Font
+from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.load.hardware import field_doc, may_be_zero
-from infest.compiler.core.keys import PARALLEL, TRAINED_CONTEXT
+from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
 from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.core.ops import KV_ELEM_NAME
 from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
-                                          OOM_FILL, OOM_FONT, UNFIT_FILL, UNFIT_FONT,
-                                          Builder, live_cell, set_formula, unit_of)
+                                          UNFIT_FILL, UNFIT_FONT,
+                                          Builder, set_formula, unit_of)
+from infest.exports.workbook.points import effs, estimate_text
 from infest.exports.workbook.xlsx_names import Namer
+from infest.exports.workbook.xlsx_hardware import Picker, hardware_sheet, own_name
+from infest.compiler.forms.model import estimate
 
-from infest.exports.workbook.xlsx_plan import Phases, plan_sheet
+from infest.exports.workbook.xlsx_plan import plan_sheet
+from infest.exports.workbook.xlsx_sweep import charts_sheet, sweep_sheet
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
 
-SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+LOOKUP_FILL = PatternFill("solid", fgColor="DDEBF7")   # an input that looks its value up
+TYPED_FILL = PatternFill("solid", fgColor="FCE4D6")    # a number typed over a lookup
+
+
 
 def write_workbook(analysis: "Analysis", path: Path, overrides: Mapping[str, Any],
-                   serving: "Phases | None" = None, inputs: Sequence[str] = ()) -> Path:
+                   decode: "Analysis | None" = None, inputs: Sequence[str] = (),
+                   progress: Callable[[str], None] = lambda step: None) -> Path:
     """Write the workbook for an analysis (hardware required) at the given inputs; with
-    `serving` (the decode and prefill analyses), a Plan sheet too (exports/workbook/xlsx_plan.py)."""
+    `decode` (the decode phase's analysis: `analysis` itself in that phase), a Plan sheet
+    too (exports/workbook/xlsx_plan.py). `progress` hears each step's name as it starts."""
     b = Builder(analysis, overrides)
     b.wb.active.title = "How to use"
     for title in ("Inputs", "Summary", "Ops", "Sweep", "Charts", "Helpers"):
         b.wb.create_sheet(title)
     _how_to_sheet(b)
-    _inputs_sheet(b)
-    ops_rows = _ops_sheet(b)
-    _summary_sheet(b, ops_rows)
-    _sweep_sheet(b)
-    if serving is not None:
-        plan_sheet(b, serving)
-    _charts_sheet(b)
+    progress("Inputs and Hardware")
+    _inputs_sheet(b, hardware_sheet(b))
+    progress("Ops and Summary")
+    _summary_sheet(b, _ops_sheet(b))
+    progress("Sweep")
+    sweep_sheet(b)
+    if decode is not None:
+        progress("Plan")
+        plan_sheet(b, decode)
+    charts_sheet(b)
     if not b.helpers:  # no formula needed splitting: no empty sheet
         del b.wb["Helpers"]
     for ws in b.wb.worksheets:  # print (and render) each sheet on one landscape page
         ws.sheet_properties.pageSetUpPr.fitToPage = True
         ws.page_setup.orientation, ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = "landscape", 1, 1
+    progress("saving")
     b.wb.calculation.fullCalcOnLoad = True  # no cached values: engines must compute
     from infest.exports.output import analysis_inputs, write_output
     return write_output(Path(path), b.wb.save, [*analysis_inputs(analysis), *inputs], "--xlsx")
@@ -100,11 +109,20 @@ HOW_TO = [
      "step's share. bound names the largest term."),
     ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
      "from the chart-data grids (points that fit only)."),
-    ("Plan", "Phases as `infest serve --batching static` computes it: users, concurrency "
-     "per replica, ISL, OSL, the TPOT and TTFT limits and a layout of its own in; TTFT, "
-     "TPOT, E2E, tokens/s, GPUs needed, fits and whether the limits hold out (plan_<key>). "
-     "TPOT averages the decode step over the context table beside it."),
+    ("Hardware", "Inputs!in_hw picks a column of the Hardware sheet (every shipped GPU, "
+     "the --hw file, custom); each hardware input looks its value up there. A number typed "
+     "over one wins and turns orange, the catalogue's value beside it."),
+    ("Plan", "serve's default, continuous batching with a token budget per step (plan_chunk): "
+     "users, clients per replica, ISL, OSL, the limits and a layout of its own in; the "
+     "schedule as named rows, the chunk table beside, every op of the step's parts and of "
+     "each chunk's mixed step on the Plan steps sheet; TTFT, TPOT, E2E, tokens/s, GPUs, fits "
+     "and the limits out (plan_<key>)."),
+    ("Long formulas", "No formula is over 400 characters: step totals sum per-op rows "
+     "(Ops, Sweep points, Plan steps); a longer part of a memory form sits on Helpers."),
 ]
+
+
+HOW_TO_CHARS_PER_LINE = 95   # of the text column's 100-character width, wrapped
 
 
 def _how_to_sheet(b: Builder) -> None:
@@ -115,22 +133,24 @@ def _how_to_sheet(b: Builder) -> None:
         ws.cell(row, 1, topic).font = HEADER_FONT
         ws.cell(row, 2, text).alignment = Alignment(wrap_text=True, vertical="top")
         ws.cell(row, 1).alignment = Alignment(vertical="top")
+        # Engines do not grow a row to its wrapped text on load: give it the lines it needs.
+        ws.row_dimensions[row].height = 15 * (1 + len(text) // HOW_TO_CHARS_PER_LINE)
     ws.column_dimensions["A"].width = 16
     ws.column_dimensions["B"].width = 100
 
 
 # ---- Inputs ---------------------------------------------------------------------
 
-def _input_rows(b: Builder) -> list[tuple[str, Any, str, str, str]]:
-    """(name, value, unit, description, kind) for every input, hardware fields included."""
+def _input_rows(b: Builder, picker: Picker) -> list[tuple[str, Any, str, str, str]]:
+    """(name, value, unit, description, kind) for every input; hardware fields last, one
+    per Hardware sheet row, value None where it is the picker's lookup (not --set)."""
     inputs = {i.name: i for i in b.analysis.inputs(b.overrides)}
-    hw = b.analysis.hardware
-    extra = [n for n in (hw.fields if hw else {}) if n not in inputs]
-    rows = []
-    for name in list(inputs) + extra:
-        value = inputs[name].value if name in inputs else hw.fields[name].value  # type: ignore[union-attr]
-        unit, doc, kind = _describe_input(b, name)
-        rows.append((name, value, unit, doc, kind))
+    rows = [(name, i.value, *_describe_input(b, name)) for name, i in inputs.items()
+            if name not in picker.rows]
+    for name in picker.rows:
+        doc, unit = field_doc(name)
+        value = inputs[name].value if name in b.overrides and name in inputs else None
+        rows.append((name, value, unit, doc, "hardware"))
     return rows
 
 
@@ -151,14 +171,31 @@ def _describe_input(b: Builder, name: str) -> tuple[str, str, str]:
     return dim or unit, doc, "hardware"
 
 
-def _inputs_sheet(b: Builder) -> None:
+def _inputs_sheet(b: Builder, picker: Picker) -> None:
     ws = b.wb["Inputs"]
-    ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind"])
+    ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind",
+               "note"])
     rules = _validations(ws)
-    for row, item in enumerate(_input_rows(b), start=2):
-        _input_row(b, ws, row, item)
+    _hw_row(b, ws, picker)
+    for row, item in enumerate(_input_rows(b, picker), start=3):
+        _input_row(b, ws, row, item, picker)
         rules[_validation_kind(b, item)].add(f"B{row}")
-    _style_header(ws, widths=[20, 14, 12, 16, 10, 56, 10], right=(2, 4))
+    _style_header(ws, widths=[20, 14, 12, 16, 10, 56, 10, 40], right=(2, 4))
+
+
+def _hw_row(b: Builder, ws, picker: Picker) -> None:
+    """in_hw: the GPU the hardware inputs are looked up for (a list of the sheet's names)."""
+    ws.cell(2, 1, "hw")
+    cell = ws.cell(2, 2, own_name(b))
+    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    ws.cell(2, 6, "the GPU: a column of the Hardware sheet (custom: its blue column)")
+    ws.cell(2, 7, "hardware")
+    rule = DataValidation(type="list", formula1=picker.names, allow_blank=False,
+                          error="a hardware name from the Hardware sheet's header row")
+    rule.showErrorMessage, rule.errorTitle = True, "infest input"
+    ws.add_data_validation(rule)
+    rule.add("B2")
+    b.define("in_hw", "Inputs", "B2")
 
 
 def _validations(ws) -> dict[str, DataValidation]:
@@ -186,19 +223,26 @@ def _validation_kind(b: Builder, item: tuple) -> str:
         return "positive"
     if kind in ("builtin", "parallel") or unit in ("count", "sequences", "tokens"):
         return "whole"
+    if kind == "hardware":   # counts (SMs, GPUs per node) are whole; efficiencies not
+        return "whole" if not unit and not name.startswith("eff_") else "positive"
     if kind == "model" and not unit and value.denominator == 1:
         return "whole"
     return "positive"
 
 
-def _input_row(b: Builder, ws, row: int, item: tuple) -> None:
+def _input_row(b: Builder, ws, row: int, item: tuple, picker: Picker) -> None:
     """The input in its human unit (the editable, named cell); beside it, for inputs
-    with a human unit, its base-unit value as a grey formula that the forms use."""
+    with a human unit, its base-unit value as a grey formula that the forms use. A
+    hardware field reads the picked GPU's value unless a number is typed over it."""
     name, value, unit, doc, kind = item
     scale, human_unit = HUMAN.get(unit, (Fraction(1), unit))
     ws.cell(row, 1, name)
-    cell = ws.cell(row, 2, _number(value / scale))
+    cell = ws.cell(row, 2)
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
+    if name in picker.rows:
+        _hardware_cell(ws, cell, value, scale, picker.selected(name))
+    else:
+        cell.value = _number(value / scale)
     cell.number_format = "General"
     ws.cell(row, 3, human_unit)
     ws.cell(row, 6, doc)
@@ -211,6 +255,19 @@ def _input_row(b: Builder, ws, row: int, item: tuple) -> None:
         ws.cell(row, 5, unit)
         b.define(f"base_{name}", "Inputs", f"D{row}")
         b.names[sym(name)] = f"base_{name}"
+
+
+def _hardware_cell(ws, cell, value, scale: Fraction, selected: str) -> None:
+    """The picked GPU's value (a lookup), or the --set value typed over it; typed over
+    turns orange and says what the catalogue holds."""
+    if value is None:
+        cell.value, cell.fill = f"={selected}", LOOKUP_FILL
+    else:
+        cell.value = _number(value / scale)
+    row = cell.row
+    differs = f"$B{row}<>{selected}"
+    ws.conditional_formatting.add(f"A{row}:C{row}", FormulaRule(formula=[differs], fill=TYPED_FILL))
+    ws.cell(row, 8, f'=IF({differs},"typed over: "&in_hw&" has "&{selected},"")')
 
 
 def _number(value: Fraction) -> int | float:
@@ -238,7 +295,7 @@ def _style_header(ws, widths: list[int], right: tuple[int, ...] = ()) -> None:
 # ---- Ops ------------------------------------------------------------------------
 
 OP_COLUMNS = list(OP_KEYS[:-1])  # per-instance forms; time_s is derived on the sheet
-OP_DERIVED = ["time_s", "roofline_s", "intensity FLOP/byte", "time x count", "bound"]
+OP_DERIVED = ["time_s", "roofline_s", "estimate_s", "intensity FLOP/byte", "time x count", "bound"]
 _FIRST_COL = 4  # after op, kind, group
 
 
@@ -259,7 +316,7 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
         ws.cell(row, 3, node.group)
         for col, key in enumerate(OP_COLUMNS, start=_FIRST_COL):
             set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
-        _op_derived(ws, row)
+        _op_derived(ws, row, effs(b.names))
         for col, key in enumerate(keys, start=_FIRST_COL):
             ws.cell(row, col).number_format = _op_format(key)
     names = [len(n.name) for n in b.analysis.model.ops] + [4]
@@ -273,7 +330,7 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
 def _op_unit(key: str) -> str:
     """Base unit of an Ops column."""
     own = {"count": "", "intensity FLOP/byte": "", "time x count": "s", "bound": "",
-           "time_s": "s", "roofline_s": "s"}  # the sheet's own columns, and count bare
+           "time_s": "s", "roofline_s": "s", "estimate_s": "s"}  # the sheet's own columns, and count bare
     return own[key] if key in own else unit_of(key)
 
 
@@ -293,12 +350,13 @@ def _op_format(key: str) -> str:
     return "General" if key == "bound" else "##0.00E+0"
 
 
-def _op_derived(ws, row: int) -> None:
-    """time, roofline, intensity, time x count and bound from the row's own cells."""
+def _op_derived(ws, row: int, eff: Mapping[str, str]) -> None:
+    """time, roofline, estimate, intensity, time x count and bound from the row's own cells."""
     c = {key: f"{letter}{row}" for key, letter in _op_letters().items()}
     terms = ",".join(c[k] for k in TERM_KEYS)
     hard = ",".join(c[k] for k in HARD_KEYS)
     derived = [f"=MAX({terms})", f"=MAX({hard})",
+               "=" + estimate_text({k: c[k] for k in TERM_KEYS}, eff),
                f'=IF({c["bytes"]}>0,{c["flops"]}/{c["bytes"]},"")',
                f"={c['time_s']}*{c['count']}", _op_bound_formula(c)]
     start = _FIRST_COL + len(OP_COLUMNS)
@@ -374,7 +432,8 @@ def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic]
     first, last = ops_rows
     column = _op_letters().get(key) if section == "step" and key in _OPS_SUMMED else None
     if column:
-        return f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
+        text = f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
+        return text + _beyond_ops(b, key)
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
         return UNBOUNDED_TEXT
     groups = b.analysis.forms.groups
@@ -386,6 +445,17 @@ def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic]
 
 
 UNBOUNDED_TEXT = "unbounded (KV cache does not grow)"
+
+
+def _beyond_ops(b: Builder, key: str) -> str:
+    """What the step's estimate adds beyond count x each op's estimate (a per-step engine
+    overhead, say), as `+formula`; "" when it is exactly that sum (the other totals are
+    sums over ops by construction, compiler/forms/model.py)."""
+    if key != "estimate_s":
+        return ""
+    forms = b.analysis.forms
+    rest = forms.step[key] - sympy.Add(*(op["count"] * estimate(op) for op in forms.ops))
+    return "" if rest == 0 else "+" + b.formula(rest)[1:]
 
 
 def _name_of(section: str, key: str) -> str:
@@ -400,7 +470,7 @@ def _name_of(section: str, key: str) -> str:
 
 
 # Step totals that are sums over the Ops sheet of count x the op's own cell.
-_OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s"}
+_OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s", "estimate_s"}
 
 
 _FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+00",
@@ -447,196 +517,3 @@ def _bound_row(b: Builder, ws, row: int, where: dict) -> None:
     ws.cell(row, 1, "step.bound")
     set_formula(ws.cell(row, 2), "=" + text, "argmax(" + ", ".join(BOUND_TERMS) + ")")
     b.define("out_bound", "Summary", f"B{row}")
-
-
-# ---- Sweep and charts -----------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Grid:
-    """One B x N table on the Sweep sheet."""
-
-    title: str
-    key: str
-    top: int  # row of the N header
-
-
-_HEIGHT = len(SWEEP_B) + 3  # title, N header, a row per B, a blank row
-
-
-def _grids() -> list[_Grid]:
-    """Value grids, the fits grid, then the charts' grids (values where they fit)."""
-    titles = [("tokens/s (upper bound)", "tokens_per_s"),
-              ("step time with launch floor (s)", "time_s"),
-              ("fits in memory", "fits"),
-              ("chart data: tokens/s where it fits (#N/A: does not fit)", "chart.tokens_per_s"),
-              ("chart data: step time where it fits (#N/A: does not fit)", "chart.time_s")]
-    return [_Grid(title, key, 2 + i * _HEIGHT) for i, (title, key) in enumerate(titles)]
-
-
-def _sweep_sheet(b: Builder) -> None:
-    ws = b.wb["Sweep"]
-    ws.cell(1, 1, "B down, N across; other inputs from the Inputs sheet. Grey cells do not "
-                  "fit in memory, or lie past the model's trained context: not achievable. "
-                  "Edit the blue headers of the first grid.")
-    grids = {g.key: g for g in _grids()}
-    trained = b.names.get(sym(TRAINED_CONTEXT))  # its cell, when the model states one
-    for grid in grids.values():
-        _grid_frame(ws, grid, grids["tokens_per_s"])
-    for key in ("tokens_per_s", "time_s"):
-        _value_grid(b, ws, grids[key], b.analysis.forms.step[key])
-        _mark_unfit(ws, grids[key], grids["fits"], trained)
-    _value_grid(b, ws, grids["fits"], b.analysis.forms.memory["fits"])
-    for key in ("tokens_per_s", "time_s"):
-        _chart_grid(ws, grids["chart." + key], grids[key], grids["fits"], trained)
-    ws.column_dimensions["A"].width = 12
-    for col in range(2, len(SWEEP_N) + 2):
-        ws.column_dimensions[get_column_letter(col)].width = 14
-
-
-def _grid_frame(ws, grid: _Grid, first: _Grid) -> None:
-    """Title and headers; grids below the first repeat its (editable) headers."""
-    ws.cell(grid.top, 1, grid.title).font = HEADER_FONT
-    for j, n in enumerate(SWEEP_N, start=2):
-        cell = ws.cell(grid.top + 1, j)
-        if grid is first:
-            cell.value = n
-            _header(cell)
-        else:
-            cell.value, cell.font = f"={get_column_letter(j)}{first.top + 1}", DERIVED_FONT
-    for i, batch in enumerate(SWEEP_B):
-        cell = ws.cell(grid.top + 2 + i, 1)
-        if grid is first:
-            cell.value = batch
-            _header(cell)
-        else:
-            cell.value, cell.font = f"=A{first.top + 2 + i}", DERIVED_FONT
-
-
-def _header(cell) -> None:
-    cell.font, cell.fill = INPUT_FONT, INPUT_FILL
-
-
-def _value_grid(b: Builder, ws, grid: _Grid, expr: sympy.Basic) -> None:
-    """The form over each cell's own B and N headers."""
-    readable = b.namer.rewrite(expr, free_of=frozenset({sym("B"), sym("N")}))
-    b.names.update(b.namer.symbols)
-    number_format = _GRID_FORMATS.get(grid.key, "General")
-    for i in range(len(SWEEP_B)):
-        for j in range(2, len(SWEEP_N) + 2):
-            _sweep_cell(b, ws, grid.top + 2 + i, j, grid, (readable, expr))
-            ws.cell(grid.top + 2 + i, j).number_format = number_format
-
-
-_GRID_FORMATS = {"tokens_per_s": "#,##0.0", "time_s": "##0.000E+0"}
-
-
-def _cell_names(b: Builder, row: int, col: int, header_row: int) -> dict:
-    letter = get_column_letter(col)
-    names = dict(b.names)
-    names[sym("B")] = f"Sweep!$A{row}"
-    names[sym("N")] = f"Sweep!{letter}${header_row}"
-    return names
-
-
-def _sweep_cell(b: Builder, ws, row: int, col: int, grid: _Grid, forms: tuple) -> None:
-    live_cell(b, ws.cell(row, col), _cell_names(b, row, col, grid.top + 1), forms, "Sweep")
-
-
-def _mark_unfit(ws, grid: _Grid, fits: _Grid, trained: str | None) -> None:
-    """Conditional format: grey where the fits grid says the point does not fit, or
-    (`trained`: the trained context's cell name) where N is past the trained context."""
-    first_row = grid.top + 2
-    last = f"{get_column_letter(len(SWEEP_N) + 1)}{first_row + len(SWEEP_B) - 1}"
-    unfit = f"NOT(B{fits.top + 2})"
-    if trained is not None:
-        unfit = f"OR({unfit},B${grid.top + 1}>{trained})"
-    ws.conditional_formatting.add(f"B{first_row}:{last}", FormulaRule(
-        formula=[unfit], fill=OOM_FILL, font=OOM_FONT))
-
-
-def _chart_grid(ws, grid: _Grid, values: _Grid, fits: _Grid, trained: str | None) -> None:
-    """Values where they fit (and N is within the trained context), #N/A elsewhere:
-    charts leave those points out."""
-    for i in range(len(SWEEP_B)):
-        for j in range(2, len(SWEEP_N) + 2):
-            col = get_column_letter(j)
-            ok = f"{col}{fits.top + 2 + i}"
-            if trained is not None:
-                ok = f"AND({ok},{col}${grid.top + 1}<={trained})"
-            ws.cell(grid.top + 2 + i, j, f"=IF({ok},{col}{values.top + 2 + i},NA())")
-            ws.cell(grid.top + 2 + i, j).number_format = _GRID_FORMATS[values.key]
-
-
-def _charts_sheet(b: Builder) -> None:
-    ws = b.wb["Charts"]
-    sweep = b.wb["Sweep"]
-    grids = {g.key: g for g in _grids()}
-    ranges = _chart_ranges(b)
-    ws.add_chart(_by_batch_chart(b, sweep, grids["chart.tokens_per_s"], ranges["tokens_per_s"]), "A1")
-    ws.add_chart(_by_context_chart(b, sweep, grids["chart.time_s"], ranges["time_s"]), "A20")
-
-
-def _chart_ranges(b: Builder) -> dict[str, tuple[float, float]]:
-    """Powers of ten around the values of the points that fit (at the write-time inputs,
-    contexts the model was trained for), so the log axes span the data."""
-    from infest.compiler.analyses.sweep import sweep, within_trained_context
-    fixed = {k: v for k, v in b.overrides.items() if k not in ("B", "N")}  # the grid's own
-    contexts = within_trained_context(b.analysis, fixed, SWEEP_N)
-    ranges = {}
-    for key in ("tokens_per_s", "time_s"):
-        grid = sweep(b.analysis, fixed, SWEEP_B, contexts, key)
-        ranges[key] = _decades([float(v) for v in grid.values[grid.fits]])
-    return ranges
-
-
-def _decades(values: list[float]) -> tuple[float, float]:
-    """The powers of ten just below the smallest and above the largest value."""
-    if not values:
-        return 1.0, 10.0
-    lo, hi = min(values), max(values)
-    return 10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi) + 1e-12)
-
-
-def _titled(chart: ScatterChart, title: str, x: str, y: str,
-            xrange: tuple[float, float], yrange: tuple[float, float]) -> ScatterChart:
-    """Log-log axes fitted to the data, legend on the right."""
-    chart.title, chart.x_axis.title, chart.y_axis.title = title, x, y
-    chart.height, chart.width = 9, 18
-    for axis, (lo, hi) in ((chart.x_axis, xrange), (chart.y_axis, yrange)):
-        axis.scaling.logBase = 10
-        axis.scaling.min, axis.scaling.max = lo, hi
-        axis.delete = False
-        axis.number_format = "General"
-    chart.legend.position = "r"
-    return chart
-
-
-def _by_batch_chart(b: Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
-    """tokens/s against batch, one series per context (points that fit only)."""
-    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: tokens/s vs batch (fits only)",
-                    "batch B (sequences)", "tokens/s (upper bound)",
-                    (SWEEP_B[0], SWEEP_B[-1]), yrange)
-    first, last = grid.top + 2, grid.top + 1 + len(SWEEP_B)
-    xs = Reference(sweep, min_col=1, min_row=first, max_row=last)
-    for col in range(2, len(SWEEP_N) + 2):
-        ys = Reference(sweep, min_col=col, min_row=first, max_row=last)
-        series = Series(ys, xs, title=f"N = {SWEEP_N[col - 2]}")
-        series.marker.symbol = "circle"
-        chart.series.append(series)
-    return chart
-
-
-def _by_context_chart(b: Builder, sweep, grid: _Grid, yrange) -> ScatterChart:
-    """step time against context, one series per batch size (points that fit only)."""
-    chart = _titled(ScatterChart(), f"{b.analysis.model.name}: step time vs context (fits only)",
-                    "context N (tokens)", "step time with launch floor (s)",
-                    (SWEEP_N[0], SWEEP_N[-1]), yrange)
-    header = grid.top + 1
-    xs = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=header)
-    for i in range(len(SWEEP_B)):
-        row = grid.top + 2 + i
-        ys = Reference(sweep, min_col=2, max_col=len(SWEEP_N) + 1, min_row=row)
-        series = Series(ys, xs, title=f"B = {SWEEP_B[i]}")
-        series.marker.symbol = "circle"
-        chart.series.append(series)
-    return chart

@@ -1,0 +1,218 @@
+"""A request-level discrete-event simulation of the continuous-batching scheduler.
+
+The engine of docs/serving.md, one data-parallel rank: requests arrive (Poisson at rate
+lambda, exponential gaps from a seeded generator), wait first come first served until the
+running requests (in prefill or decoding) are fewer than the cap (KV capacity at
+ISL + OSL, or --max-concurrency), then every step carries
+
+- one decode step of each decoding request (t tokens each: 1, or draft_len + 1 when
+  speculating), and
+- up to K - t d prompt tokens, taken in arrival order from the admitted prompts (a prompt
+  longer than the room left is split over several steps).
+
+The step that processes a prompt's last token emits its first token (TTFT = that step's
+end - the arrival); the request then decodes R steps (O - 1, or the rounds speculation
+takes, rounded up: ceil((O - 1) / tokens per round), the mean acceptance every round) and
+leaves at the end of its last one; TPOT = (leaving - first token) / (O - 1).
+
+Each step costs the interpolated StepGrid value (compiler/analyses/stepgrid.py: one
+vectorised evaluation of the compiled forms) at its decoders, their mean context, its
+prompt tokens and their mean cached context. Steps without prompt tokens between two
+events (an arrival that can be admitted, a request leaving) are costed together as one
+numpy array: the loop runs once per event, not once per step.
+
+Statistics are over `requests` requests after `warmup` (by arrival order); arrivals keep
+coming until the last measured request has left, so the measured ones see a steady load.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from infest.compiler.analyses.stepgrid import StepGrid
+from infest.dsl.errors import fail
+
+DEFAULT_REQUESTS = 10_000
+DEFAULT_WARMUP = 1_000
+DEFAULT_SEED = 0
+MAX_REQUESTS = 1_000_000       # --requests (with the warm-up) a simulation may take
+MAX_EVENTS_PER_REQUEST = 64    # loop turns per request before a run is called runaway
+ARRIVAL_BLOCK = 4096           # arrival gaps drawn at a time
+PERCENTILES = (90, 99)
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one rank's simulation serves: arrivals per second, the running cap, the
+    request shape, the budget K per step, tokens per decoder per step and decode steps."""
+
+    rate: float
+    cap: int
+    isl: int
+    osl: int
+    budget: int
+    tokens: float = 1.0
+    decode_steps: int | None = None
+
+    @property
+    def rounds(self) -> int:
+        """R: the steps a request decodes for."""
+        return self.osl - 1 if self.decode_steps is None else self.decode_steps
+
+
+def check_run(requests: Any, warmup: Any) -> None:
+    """--requests: a whole number 1 .. MAX_REQUESTS (with the warm-up)."""
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
+        raise fail(None, f"--requests {requests!r}: must be a whole number at least 1")
+    if requests + warmup > MAX_REQUESTS:
+        raise fail(None, f"--requests {requests:,} + {warmup:,} of warm-up: more than "
+                   f"{MAX_REQUESTS:,} (MAX_REQUESTS)")
+
+
+class _Arrivals:
+    """Poisson arrival times, drawn in blocks from one seeded generator; or given times
+    (none after the last)."""
+
+    def __init__(self, rate: float, seed: int, times: list[float] | None = None) -> None:
+        self.rng, self.rate = np.random.default_rng(seed), rate
+        self.given = times is not None
+        self.times: list[float] = list(times or [])
+        self.last = 0.0
+
+    def __getitem__(self, i: int) -> float:
+        if self.given:
+            return self.times[i] if i < len(self.times) else math.inf
+        while i >= len(self.times):
+            gaps = np.cumsum(self.rng.exponential(1.0 / self.rate, ARRIVAL_BLOCK)) + self.last
+            self.times.extend(gaps.tolist())
+            self.last = self.times[-1]
+        return self.times[i]
+
+
+class _Engine:
+    """The scheduler's state on one rank, stepped by `simulate`."""
+
+    def __init__(self, grid: StepGrid, load: Load, seed: int,
+                 times: list[float] | None = None) -> None:
+        self.grid, self.load = grid, load
+        self.arrivals = _Arrivals(load.rate, seed, times)
+        self.now, self.step = 0.0, 0
+        self.next = 0                          # the next request to arrive
+        self.waiting: deque[int] = deque()     # arrived, not admitted
+        self.prefill: deque[list] = deque()    # [request, prompt tokens done]
+        self.decoding: deque[tuple[int, int]] = deque()   # (leaving step, request)
+        self.joined = 0                        # sum of the decoders' first decode steps
+        self.first: dict[int, float] = {}      # request -> first-token time
+        self.done: list[tuple[int, float, float]] = []    # (request, TTFT, TPOT)
+
+    def running(self) -> int:
+        return len(self.prefill) + len(self.decoding)
+
+    def admit(self) -> None:
+        """Arrivals up to now join the queue; the queue's head enters while below the cap."""
+        while self.arrivals[self.next] <= self.now:
+            self.waiting.append(self.next)
+            self.next += 1
+        while self.waiting and self.running() < self.load.cap:
+            self.prefill.append([self.waiting.popleft(), 0])
+
+    def mean_context(self, ahead: int = 0) -> float:
+        """The decoders' mean cached context `ahead` steps from now."""
+        d = len(self.decoding)
+        steps = d * (self.step + ahead) - self.joined
+        return self.load.isl + self.load.tokens * steps / d if d else float(self.load.isl)
+
+    def mixed(self) -> None:
+        """One step carrying prompt tokens."""
+        d, load = len(self.decoding), self.load
+        room = load.budget - load.tokens * d
+        taken, cached = 0.0, 0.0
+        for entry in self.prefill:
+            if room - taken < 1:
+                break
+            take = min(load.isl - entry[1], math.floor(room - taken))
+            cached += take * entry[1]
+            entry[1] += take
+            taken += take
+        cost = self.grid.step(d, self.mean_context(), taken, cached / taken if taken else 0.0)
+        self.advance(1, cost)
+        while self.prefill and self.prefill[0][1] >= load.isl:
+            request = self.prefill.popleft()[0]
+            self.first[request] = self.now
+            self.decoding.append((self.step + load.rounds, request))
+            self.joined += self.step
+
+    def pure(self) -> None:
+        """Decode-only steps up to the next event: the first step to start after an
+        arrival that can be admitted, or the step where the oldest decoder leaves."""
+        d = len(self.decoding)
+        k_max = self.decoding[0][0] - self.step
+        costs = self.grid.pure(d, self.mean_context() + self.load.tokens * np.arange(k_max))
+        ends = np.cumsum(costs)
+        k = k_max
+        if self.running() < self.load.cap:     # an arrival enters at the next step start
+            starts = self.now + ends - costs
+            k = max(1, min(k_max, int(np.searchsorted(starts, self.arrivals[self.next]))))
+        self.advance(k, float(ends[k - 1]))
+
+    def advance(self, steps: int, seconds: float) -> None:
+        """Move the clock; decoders whose last step has run leave."""
+        self.now += seconds
+        self.step += steps
+        while self.decoding and self.decoding[0][0] <= self.step:
+            leave, request = self.decoding.popleft()
+            self.joined -= leave - self.load.rounds
+            first = self.first.pop(request)
+            arrival = self.arrivals[request]
+            self.done.append((request, first - arrival, (self.now - first) / (self.load.osl - 1)))
+
+
+def simulate(grid: StepGrid, load: Load, requests: int = DEFAULT_REQUESTS,
+             warmup: int = DEFAULT_WARMUP, seed: int = DEFAULT_SEED,
+             times: list[float] | None = None) -> dict[str, Any]:
+    """simulated {ttft_s, ttft_p90_s, ttft_p99_s, tpot_s, tpot_p90_s, tpot_p99_s,
+    requests}: means and percentiles over the measured requests (seconds). `times`: the
+    arrivals themselves (warmup + requests of them) instead of Poisson ones."""
+    return summary(run(grid, load, requests, warmup, seed, times), warmup, warmup + requests)
+
+
+def run(grid: StepGrid, load: Load, requests: int = DEFAULT_REQUESTS,
+        warmup: int = DEFAULT_WARMUP, seed: int = DEFAULT_SEED,
+        times: list[float] | None = None) -> list[tuple[int, float, float]]:
+    """(request, TTFT, TPOT) of every request that left, in the order they left."""
+    check_run(requests, warmup)
+    engine = _Engine(grid, load, seed, times)
+    last = warmup + requests
+    limit = MAX_EVENTS_PER_REQUEST * last
+    turns = 0
+    while len(engine.done) < last:   # requests leave in arrival order (FCFS, one shape)
+        turns += 1
+        if turns > limit:
+            raise fail(None, f"the simulation took more than {limit:,} turns "
+                       "(MAX_EVENTS_PER_REQUEST per request)")
+        _turn(engine)
+    return engine.done
+
+
+def _turn(engine: _Engine) -> None:
+    engine.admit()
+    if engine.prefill:
+        engine.mixed()
+    elif engine.decoding:
+        engine.pure()
+    else:                                      # idle: the clock jumps to the next arrival
+        engine.now = max(engine.now, engine.arrivals[engine.next])
+
+
+def summary(done: list[tuple[int, float, float]], warmup: int, last: int) -> dict[str, Any]:
+    """Means and percentiles of TTFT and TPOT over requests warmup .. last - 1."""
+    rows = np.array([(t, p) for r, t, p in done if warmup <= r < last], dtype=float)
+    out: dict[str, Any] = {"ttft_s": float(rows[:, 0].mean())}
+    out.update({f"ttft_p{q}_s": float(np.percentile(rows[:, 0], q)) for q in PERCENTILES})
+    out["tpot_s"] = float(rows[:, 1].mean())
+    out.update({f"tpot_p{q}_s": float(np.percentile(rows[:, 1], q)) for q in PERCENTILES})
+    return {**out, "requests": len(rows)}

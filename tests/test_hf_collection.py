@@ -14,13 +14,13 @@ import pytest
 from hf_collection import (COLLECTION, Entry, Outcome, interval, names_what_is_missing,
                            outcome, problems, read_manifest, table_params)
 
-# How many of the collection's configs must import within their totals (or import, where
-# no publisher figure was found): the breadth import-hf promises.
-MIN_IMPORTED = 85
+# How many of the collection's configs with a published total must import within it
+# (configs with no publisher figure are counted apart): the breadth import-hf promises.
+MIN_WITHIN_STATED = 85
 
 ENTRIES = read_manifest()
 # Configs that import but whose count is known to miss the publisher's figure, and why.
-# They do not count towards MIN_IMPORTED; the test checks they still miss (a fix shows).
+# They do not count towards MIN_WITHIN_STATED; the test checks they still miss (a fix shows).
 KNOWN_MISSES = {
     # Meta's figures count the vision encoder (0.87B by hand, tests/test_hf_families.py);
     # these trimmed copies have no vision_config, so the tower cannot be held and counted.
@@ -34,6 +34,11 @@ KNOWN_MISSES = {
     # + the head's bias 50295 + the final LayerNorm 4096): the "1.3B" of the card and
     # the paper is not the checkpoint's count.
     "microsoft--phi-1": "the card's 1.3B is below the checkpoint's 1.41B",
+    # The card lists "397B in total" under Language Model; by hand the language model is
+    # 396.35B (60 layers, 512 experts of 3 x 4096 x 1024 in each; tests/test_hf_hybrid.py's
+    # arithmetic for Qwen3.5), 396.80B with the 0.456B vision tower, and the Hugging Face
+    # page's 403B adds the MTP layer: no count that the card names rounds to 397B.
+    "Qwen--Qwen3.5-397B-A17B": "the card's 397B is not the language model's 396.35B",
 }
 
 
@@ -65,10 +70,12 @@ def test_imports_within_totals_or_names_what_is_missing(entry: Entry,
 
 
 def test_enough_of_the_collection_imports(outcomes: dict[str, Outcome]) -> None:
-    good = [e.name for e in ENTRIES if imports_within(e, outcomes[e.file])]
-    failing = sorted(e.name for e in ENTRIES if e.name not in good)
-    assert len(good) >= MIN_IMPORTED, \
-        f"{len(good)} of {len(ENTRIES)} import within their totals; not: {', '.join(failing)}"
+    stated = [e for e in ENTRIES if e.total_params or e.active_params]
+    good = [e.name for e in stated if imports_within(e, outcomes[e.file])]
+    failing = sorted(e.name for e in stated if e.name not in good)
+    assert len(good) >= MIN_WITHIN_STATED, \
+        f"{len(good)} of {len(stated)} with a published total import within it; not: " \
+        f"{', '.join(failing)}"
 
 
 # ---- the manifest itself -----------------------------------------------------------------

@@ -220,13 +220,14 @@ def test_qwen3_vl_8b_text_model_and_vision_tower(tmp_path: Path) -> None:
       merger: LayerNorm(1152) 2,304 + fc1 4608*4608 + 4608 = 21,238,272
         + fc2 4608*4096 + 4096 = 18,878,464 = 40,119,040;
       3 deepstack mergers (LayerNorm over 4608: 9,216) 3 * 40,125,952 = 120,377,856
-      = 576,388,336, left out of the spec (its header says so).
+      = 576,388,336, held in the spec (group vision), not in params.total.
     Text + vision = 8,767,123,696: the published "8.77B parameters" (model tables quoting
     the checkpoint). The card's "8B" is the text model's class: 8.19B in [7.5, 8.5)B."""
     path = imported(tmp_path, "Qwen--Qwen3-VL-8B-Instruct")
     p = evaluate(path, {"B": 8, "N": 4096})["params"]
     assert p["total"] == p["active"] == 8_190_735_360
-    assert round((p["total"] + 576_388_336) / 1e7) == 877
+    assert p["groups"]["vision"] == 576_388_336
+    assert round((p["total"] + p["groups"]["vision"]) / 1e7) == 877
     assert 7.5e9 <= p["total"] < 8.5e9
     text = path.read_text()
     assert "qwen3_vl" in text and "vision tower (27 blocks of width 1152)" in text
@@ -236,9 +237,10 @@ def test_qwen3_vl_moe_reads_its_text_config_as_qwen3_moe(tmp_path: Path) -> None
     """A qwen3_vl_moe wrapper around Qwen3-30B-A3B's text config imports to the same
     totals as the plain config (30,532,122,624 / 3,353,032,704: test_models.py)."""
     text = json.loads((HF / "Qwen--Qwen3-30B-A3B.config.json").read_text())
+    vision = config("Qwen--Qwen3-VL-8B-Instruct")["vision_config"]
     wrapped = {"model_type": "qwen3_vl_moe", "tie_word_embeddings": False,
                "text_config": text | {"model_type": "qwen3_vl_moe_text"},
-               "vision_config": {"depth": 27, "hidden_size": 1152}}
+               "vision_config": vision | {"out_hidden_size": 2048}}
     source = tmp_path / "vl_moe.config.json"
     source.write_text(json.dumps(wrapped))
     out = tmp_path / "vl_moe.arch"
@@ -246,6 +248,9 @@ def test_qwen3_vl_moe_reads_its_text_config_as_qwen3_moe(tmp_path: Path) -> None
     plain = imported(tmp_path, "Qwen--Qwen3-30B-A3B")
     a, b = (evaluate(p, {"B": 8, "N": 2048})["params"] for p in (out, plain))
     assert (a["total"], a["active"]) == (b["total"], b["active"])
+    # The 8B's tower (576,388,336 above) less its four mergers' fc2 narrowed from 4096
+    # to 2048 outputs: 4 * 4608 * 2048 + 4 * 2048 = 37,756,928 -> 538,631,408.
+    assert a["groups"]["vision"] == 538_631_408
 
 
 def test_qwen3_vl_without_text_config_is_named(tmp_path: Path) -> None:
@@ -271,13 +276,15 @@ def test_qwen3_5_0_8b_text_model_matches_the_published_size(tmp_path: Path) -> N
       total 18 * 21,555,360 + 6 * 18,352,640 + 248320 * 1024 + 1024
             = 387,996,480 + 110,115,840 + 254,279,680 + 1024 = 752,393,024
     "0.8B": 0.752B lies in [0.75, 0.85)B. The vision tower (12 blocks of 768; by hand
-    1,180,416 patch conv + 1,769,472 positions + 12 * 7,087,872 + 12,588,544 merger
-    = 100,592,896) and the MTP layer are left out, and the header says so.
+    1,180,416 patch conv + 1,769,472 positions + 12 * 7,087,872 + 12,588,544 merger, no
+    deepstack mergers in Qwen3.5 = 100,592,896) is held in group vision, out of
+    params.total; the MTP layer is left out, and the header says so.
     State per sequence: 18 layers * (16 * 128 * 128 fp32 = 1,048,576 + conv 3 * 6144
     bf16 = 36,864) = 19,537,920 bytes; 6 * 2 * 2 * 256 * 2 = 12,288 bytes a token."""
     path = imported(tmp_path, "Qwen--Qwen3.5-0.8B")
     r = evaluate(path, {"B": 4, "N": 1000})
     assert r["params"]["total"] == r["params"]["active"] == 752_393_024
+    assert r["params"]["groups"]["vision"] == 100_592_896
     assert 0.75e9 <= r["params"]["total"] < 0.85e9
     assert r["memory"]["kv_bytes_per_token"] == 12_288
     assert r["memory"]["kv_bytes"] == 4 * (19_537_920 + 1001 * 12_288)

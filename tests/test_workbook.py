@@ -182,9 +182,10 @@ def test_unfit_point_is_red_and_not_achievable(tmp_path: Path, soffice: str) -> 
     wb = _recalculated(tmp_path, analysis, {"B": 512}, soffice)
     assert named_cell(wb, "out_fits").value is False
     summary = wb["Summary"]
-    also = {summary.cell(r, 1).value: summary.cell(r, 6).value for r in range(2, summary.max_row + 1)}
+    also = {summary.cell(r, 7).value: summary.cell(r, 6).value for r in range(2, summary.max_row + 1)}
     assert also["memory.fits"] == "DOES NOT FIT in memory"
     assert also["step.tokens_per_s"] == "NOT ACHIEVABLE: does not fit in memory"
+    assert also["step.tokens_per_s_estimate"] == "NOT ACHIEVABLE: does not fit in memory"
     rules = [(str(rng.sqref), r.formula) for rng in summary.conditional_formatting for r in rng.rules]
     fits_row = named_cell(wb, "out_fits").row
     assert (f"A{fits_row}:F{fits_row}", ["NOT(out_fits)"]) in rules
@@ -237,7 +238,7 @@ def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
                 formula = isinstance(c.value, str) and c.value.startswith("=")
                 assert not (styled and formula), (ws.title, c.coordinate)
     inputs = wb["Inputs"]
-    units = {inputs.cell(r, 1).value: inputs.cell(r, 3).value for r in range(2, inputs.max_row + 1)}
+    units = {inputs.cell(r, 6).value: inputs.cell(r, 3).value for r in range(2, inputs.max_row + 1)}
     assert (units["mem_bw"], units["mem_capacity"], units["launch_overhead"]) == ("TB/s", "GB", "us")
     assert units["flops_bf16"] == "TFLOP/s" and units["N"] == "tokens"
     # 4.8 TB/s and 141 GB (H200 SXM) typed as 4.8 and 141; 4 us as 4.
@@ -260,10 +261,15 @@ def test_inputs_are_validated_whole_positive_or_zero_ok(tmp_path: Path) -> None:
     for dv in ws.data_validations.dataValidation:
         for rng in dv.sqref.ranges:
             for row in range(rng.min_row, rng.max_row + 1):
-                rule_of[ws.cell(row, 1).value] = (dv.type, dv.operator, dv.formula1)
-    assert {rule_of[n] for n in ("B", "N", "T", "tp", "pp", "layers", "gpus_per_node")} == \
-        {("whole", "greaterThan", "0")}
-    assert rule_of["mem_bw"] == rule_of["kv_bytes_per_elem"] == ("decimal", "greaterThan", "0")
+                rule_of[ws.cell(row, 6).value] = (dv.type, dv.operator, dv.formula1)
+    # Inputs the model states no condition on: typed rules.
+    assert {rule_of[n] for n in ("gpus_per_node", "sms")} == {("whole", "greaterThan", "0")}
+    # Inputs it does: a custom rule, the kind check and the model's conditions.
+    assert rule_of["N"] == ("custom", None, "AND(in_N=INT(in_N),in_N>0,in_N+in_T<=in_trained_context)")
+    assert rule_of["B"] == ("custom", None, "AND(in_B=INT(in_B),in_B>0,MOD(in_B,in_dp)=0)")
+    assert "MOD(in_heads,in_tp)=0" in rule_of["tp"][2] and "in_pp<=in_layers" in rule_of["pp"][2]
+    assert rule_of["mem_bw"] == ("decimal", "greaterThan", "0")
+    assert rule_of["kv_bytes_per_elem"] == ("decimal", "greaterThan", "0")
     assert rule_of["launch_overhead"] == ("decimal", "greaterThanOrEqual", "0")
     assert len(rule_of) == ws.max_row - 1  # every input row has a rule
 

@@ -5,7 +5,7 @@ without importing the compiler's symbolic stages.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infest.compiler.core.terms import BOUND_TERMS, TERM_KEYS
 
@@ -38,6 +38,7 @@ class KeyInfo:
 
     unit: str
     integer: bool = False
+    label: str = ""     # what the value is, in words (workbook rows, reports)
 
 
 _BYTES, _SECONDS = KeyInfo("bytes"), KeyInfo("s")
@@ -62,8 +63,64 @@ RESULT_KEYS: dict[str, KeyInfo] = {
     **{k: KeyInfo("GPUs", True) for k in PARALLEL_KEYS},
 }
 
+# What each key's value is, in words: the workbook's row labels (its JSON key stands beside
+# them) and any report that names a key. Whether it is a bound or an estimate is said.
+LABELS = {
+    "weights_bytes": "weights held in memory, all GPUs",
+    "kv_bytes_per_token": "KV cache per token",
+    "kv_bytes": "KV cache held at B sequences of N + T tokens",
+    "total_bytes": "memory used, weights + KV cache",
+    "weights_bytes_per_gpu": "weights held per GPU",
+    "kv_bytes_per_gpu": "KV cache held per GPU",
+    "total_bytes_per_gpu": "memory used per GPU",
+    "capacity_bytes": "memory capacity per GPU",
+    "fits": "fits in memory",
+    "max_batch": "largest batch that fits at this N",
+    "max_context": "longest context that fits at this B",
+    "flops": "FLOPs",
+    "bytes": "HBM bytes moved",
+    "weight_bytes": "weight bytes read",
+    "act_bytes": "activation bytes moved",
+    "comm_bytes": "collective payload bytes",
+    "host_bytes": "bytes fetched over the host link",
+    "t_compute_s": "compute time, FLOPs / peak",
+    "t_memory_s": "memory time, HBM bytes / bandwidth",
+    "t_launch_s": "launch time, kernels x launch overhead",
+    "t_comm_s": "collective time",
+    "t_host_s": "host-link time, offloaded experts fetched",
+    "roofline_s": "step time, serial-kernel bound",
+    "overlap_floor_s": "step time, overlap floor (hard bound)",
+    "time_s": "step time with the launch floor",
+    "tokens_per_s": "tokens/s, serial-kernel bound",
+    "kernels": "kernel launches",
+    "collectives": "collective calls",
+    "weights_floor_s": "check: weights touched / memory bandwidth",
+    "estimate_s": "step time, estimate",
+    "tokens_per_s_estimate": "tokens/s, estimate",
+    "count": "instances per step",
+    "bound": "binding ceiling",
+    "total": "parameters, total",
+    "active": "parameters active per token",
+    "tp": "tensor-parallel GPUs", "ep": "expert-parallel GPUs", "pp": "pipeline stages",
+    "dp": "data-parallel replicas", "gpus": "GPUs of the layout",
+}
+# Keys that mean another thing in one section than the table's label says.
+SECTION_LABELS = {"step.kv_bytes": "KV cache bytes read", "memory.kv_bytes": LABELS["kv_bytes"]}
+LABELS["kv_bytes"] = "KV cache bytes"
+RESULT_KEYS = {k: replace(info, label=LABELS.get(k, "")) for k, info in RESULT_KEYS.items()}
+
 
 def key_info(key: str) -> KeyInfo:
     """The unit and integer-ness of a result key, bare (`kernels`) or sectioned
     (`step.kernels`); KeyError for a key the table lacks (never a guess)."""
     return RESULT_KEYS[key.rpartition(".")[2]]
+
+
+def key_label(key: str) -> str:
+    """What a key's value is, in words (`step.kv_bytes`: the cache traffic, `memory.
+    kv_bytes`: the cache held); the key's own words where the table has no label yet."""
+    if key in SECTION_LABELS:
+        return SECTION_LABELS[key]
+    bare = key.rpartition(".")[2]
+    info = RESULT_KEYS.get(bare)
+    return info.label if info is not None and info.label else bare.replace("_", " ")

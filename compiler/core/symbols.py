@@ -18,6 +18,19 @@ PARALLEL_DOC = {
     "pp": "pipeline stages (layers split in order)",
     "dp": "data-parallel replicas (each serves B / dp sequences)",
 }
+# The conventional model params (the names import-hf writes), in words; a spec's own
+# params are named by their words.
+PARAM_DOC = {
+    "trained_context": "trained context, tokens", "hidden": "hidden size",
+    "layers": "layers", "dense_layers": "dense (non-MoE) layers", "heads": "attention heads",
+    "kv_heads": "KV heads", "head_dim": "head dimension", "ffn": "MLP width",
+    "vocab": "vocabulary size", "experts": "routed experts per MoE layer",
+    "top_k": "experts per token", "expert_ffn": "expert MLP width",
+    "shared_ffn": "shared expert MLP width", "window": "sliding window, tokens",
+    "q_lora_rank": "query low-rank size", "kv_lora_rank": "KV latent size",
+    "rope_dim": "rope dimension per head", "nope_dim": "non-rope dimension per head",
+    "v_dim": "value dimension per head",
+}
 BUILTIN_DOC = {
     "B": "sequences in the batch",
     "N": "context: tokens already in each sequence's KV cache",

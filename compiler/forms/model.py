@@ -147,8 +147,41 @@ def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:
     """Bytes of every weight a step touches on one GPU, gathers aside: the one-line
     decode floor (every stage of a pipeline runs in turn). An expert op's weights count
     once per expert the replica's B*T tokens touch, not top_k times."""
-    return sympy.Add(*(op.count * stored_bytes(op) * _touched_share(op) * op.weight_share
-                       for op in model.ops if op.kind != "embed"))
+    return sympy.Add(*(_touched_bytes(op) for op in model.ops))
+
+
+def _touched_bytes(op: OpNode) -> sympy.Expr:
+    """One op's share of `_active_weight_bytes` (an embedding is a lookup: none)."""
+    if op.kind == "embed":
+        return sympy.Integer(0)
+    return op.count * stored_bytes(op) * _touched_share(op) * op.weight_share
+
+
+def _held_bytes(op: OpNode, links: Links, per_gpu: bool) -> sympy.Expr:
+    """One op's share of `_weights` (before the / pp of per_gpu)."""
+    return (op.count * stored_bytes(op) * resident_share(op, links)
+            * (op.weight_share if per_gpu else 1))
+
+
+# What `weight_groups` gives per group: held in memory (all GPUs), one GPU's shard before
+# the pipeline's / pp, and the bytes a step touches on one GPU (weights_floor_s's).
+WEIGHT_PARTS = ("held", "per_gpu", "touched")
+
+
+def weight_groups(forms: Forms, links: Links) -> dict[str, dict[str, sympy.Expr]]:
+    """The weight forms by parameter group (params.groups' names): summed over groups,
+    `held` is memory.weights_bytes, `per_gpu` / pp is memory.weights_bytes_per_gpu and
+    `touched` / mem_bw is step.weights_floor_s, term for term (the same per-op terms), so
+    a sheet may show each group's share and sum them."""
+    swap = {T: N, N: sympy.Integer(0)} if forms.phase == "prefill" else {}
+    out: dict[str, dict[str, list[sympy.Expr]]] = {}
+    for op in forms.model.ops:
+        parts = out.setdefault(op.held or op.group, {k: [] for k in WEIGHT_PARTS})
+        parts["held"].append(_held_bytes(op, links, False))
+        parts["per_gpu"].append(_held_bytes(op, links, True))
+        parts["touched"].append(_touched_bytes(op).xreplace(swap))
+    return {g: {k: sympy.Add(*terms) for k, terms in parts.items()}
+            for g, parts in sorted(out.items())}
 
 
 def stored_bytes(op: OpNode) -> sympy.Expr:
@@ -197,8 +230,7 @@ def _kv_per_sequence(model: CompiledModel, per_gpu: bool = False) -> sympy.Expr:
 def _weights(model: CompiledModel, links: Links, per_gpu: bool = False) -> sympy.Expr:
     """Bytes of every weight held in HBM (offloaded experts: only the resident share);
     per_gpu: one GPU's shard of its stage's layers (stages assumed balanced: / pp)."""
-    total = sympy.Add(*(op.count * stored_bytes(op) * resident_share(op, links)
-                        * (op.weight_share if per_gpu else 1) for op in model.ops))
+    total = sympy.Add(*(_held_bytes(op, links, per_gpu) for op in model.ops))
     return total / PP if per_gpu else total
 
 

@@ -20,8 +20,9 @@ from typing import Any, Callable, Mapping
 
 from infest.compiler.hf.config import Config, text_model, trained_context
 from infest.compiler.hf.families import MAX_LAYERS, base_dtype, identifier, read_arch, title_of
-from infest.compiler.hf.render import Arch, op_line, safe_text
+from infest.compiler.hf.render import Arch, op_line, safe_text, vision_line
 from infest.compiler.hf.quant import Formats, formats
+from infest.compiler.hf.vision import TOWERS, tower
 from infest.dsl.errors import SpecError, fail
 
 MAX_UNIT = 12  # longest run of layer calls `repeat` compression looks for (Nemotron-H: 11)
@@ -46,6 +47,7 @@ class Hybrid:
     policy: list[str]                        # policy lines
     notes: list[str] = field(default_factory=list)
     context: int | None = None
+    vision: int | None = None                # a counted vision tower's params: held
 
 
 # ---- shared reading -------------------------------------------------------------------------
@@ -365,8 +367,10 @@ def read_hybrid(data: Mapping[str, Any], source: str = "config.json",
         data = text_model(data, source, family)
     cfg = Config(data, source)
     parts = READERS[family](cfg)
-    if isinstance(vision, dict):
-        parts["notes"].append(_vision_note(Config(vision, f"{source} vision_config")))
+    counted, notes = held_tower(family, vision, data, source)
+    parts["notes"] += notes
+    if counted:
+        parts["params"].append([("vision_params", str(counted[0]))])
     title = title_of(data, source)
     archs = data.get("architectures")
     ok = isinstance(archs, list) and all(isinstance(a, str) for a in archs)
@@ -376,7 +380,7 @@ def read_hybrid(data: Mapping[str, Any], source: str = "config.json",
                   params=parts["params"], formats=_formats(cfg, parts["layer_count"], quant, gguf),
                   tied=cfg.flag("tie_word_embeddings"), layers=_layer_lines(parts["layers"]),
                   plan=parts["plan"], policy=parts["policy"], notes=parts["notes"],
-                  context=trained_context(cfg))
+                  context=trained_context(cfg), vision=counted[0] if counted else None)
 
 
 def _layer_lines(kinds: Mapping[str, list[tuple[str, str | None, str | None]]]
@@ -412,7 +416,8 @@ def read_vl(data: Mapping[str, Any], source: str = "config.json",
             quant: tuple[Mapping[str, Any], str] | None = None, name: str | None = None,
             gguf: str | None = None) -> Arch:
     """A vision-language (or renamed) release's language model as the Arch of its text
-    family; a vision tower is left out of the spec and named in its header."""
+    family; its vision tower held (group vision) where vision.py counts that kind, else
+    left out and named in the header."""
     wrapper, vision = Config(data, source).str("model_type"), data.get("vision_config")
     where, family = VL_TEXT[wrapper]
     if where == "flat":
@@ -422,9 +427,19 @@ def read_vl(data: Mapping[str, Any], source: str = "config.json",
         own = inner.get("model_type") if isinstance(inner, dict) else None
         text = text_model(data, source, family or TEXT_ALIASES.get(own, own))
     arch = read_arch(text, source, quant, name, gguf)
-    notes = (_vision_note(Config(vision, f"{source} vision_config")),) \
-        if isinstance(vision, dict) else ()
-    return replace(arch, family=wrapper, notes=arch.notes + notes)
+    counted, notes = held_tower(wrapper, vision, text, source)
+    return replace(arch, family=wrapper, notes=arch.notes + notes, vision=counted)
+
+
+def held_tower(wrapper: str, vision: Any, text: Mapping[str, Any], source: str
+               ) -> tuple[tuple[int, str] | None, tuple[str, ...]]:
+    """A wrapper's vision tower counted and held (compiler/hf/vision.py), or for a tower
+    kind with no counter, the header line saying it is left out; none: (None, ())."""
+    if not isinstance(vision, dict):
+        return None, ()
+    if wrapper in TOWERS:
+        return tower(wrapper, vision, text, source)
+    return None, (_vision_note(Config(vision, f"{source} vision_config")),)
 
 
 def _vision_note(vision: Config) -> str:
@@ -451,6 +466,7 @@ def render_hybrid(model: Hybrid) -> str:
     lines += _calls(model.plan)
     head = "logits = linear(rmsnorm(x), hidden -> vocab" + (", tied=1" if model.tied else "")
     lines.append(op_line(head + ", last_token=1)", 1, group="lm_head"))
+    lines += [vision_line()] if model.vision else []
     return "\n".join(lines + ["}", ""])
 
 

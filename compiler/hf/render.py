@@ -377,13 +377,16 @@ def _mtp_layer(arch: Arch) -> list[str]:
                        "embedding and LM head are the main model's (engines share them).")
 
 
+def vision_line() -> str:
+    """The op that holds a vision tower's weights (`vision_params`) in group vision."""
+    return op_line("vis = held(params = vision_params)", 1, group="vision",
+                   comment="vision tower: held, not run in decode")
+
+
 def held_lines(arch: Arch) -> list[str]:
     """The weights a step holds but does not run, after the logits: the vision tower
     (group vision) and the MTP layers (group mtp, calling `layer mtp`)."""
-    lines = []
-    if arch.vision:
-        lines.append(op_line("vis = held(params = vision_params)", 1, group="vision",
-                             comment="vision tower: held, not run in decode"))
+    lines = [vision_line()] if arch.vision else []
     if arch.mtp_layers:
         lines += [op_line("draft = held(x)", 1, group="mtp", suffix="{",
                           comment="MTP layers: held, not run in a plain step"),

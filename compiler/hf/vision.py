@@ -49,8 +49,32 @@ def _llama4(v: Config, text: Mapping[str, Any]) -> tuple[int, str]:
     return total, f"Llama 4 vision tower ({v.int('num_hidden_layers')} blocks of width {d})"
 
 
+def _merger(v: Config, post_norm: bool) -> int:
+    """A Qwen3-VL patch merger: a LayerNorm (over the tower's width, or over the merged
+    width for a deepstack merger), fc1 merged -> merged and fc2 merged -> out_hidden_size,
+    with biases; `merged` is the width of spatial_merge_size^2 patches side by side."""
+    d, out = v.int("hidden_size"), v.int("out_hidden_size")
+    merged = d * v.int("spatial_merge_size") ** 2
+    return 2 * (merged if post_norm else d) + merged * merged + merged + merged * out + out
+
+
+def _qwen3_vl(v: Config, text: Mapping[str, Any]) -> tuple[int, str]:
+    """Qwen3-VL's tower (Qwen3.5 reuses it without the deepstack mergers): a 3-D patch
+    convolution with bias (in_channels x temporal_patch_size x patch^2 -> width), the
+    learned position table (num_position_embeddings rows), `depth` ViT blocks, the final
+    merger and one deepstack merger per deepstack_visual_indexes entry."""
+    d, ps, depth = v.int("hidden_size"), v.int("patch_size"), v.int("depth")
+    deepstack = v.int_list("deepstack_visual_indexes")
+    patch = v.int("in_channels") * v.int("temporal_patch_size") * ps * ps * d + d
+    total = patch + v.int("num_position_embeddings") * d \
+        + depth * _vit_block(d, v.int("intermediate_size")) \
+        + _merger(v, False) + len(deepstack) * _merger(v, True)
+    return total, f"Qwen3-VL vision tower ({depth} blocks of width {d}) and its mergers"
+
+
 TOWERS: dict[str, Callable[[Config, Mapping[str, Any]], tuple[int, str]]] = {
-    "gemma3": _siglip, "llama4": _llama4}
+    "gemma3": _siglip, "llama4": _llama4, "qwen3_vl": _qwen3_vl, "qwen3_vl_moe": _qwen3_vl,
+    "qwen3_5": _qwen3_vl, "qwen3_5_moe": _qwen3_vl}
 
 
 def tower(wrapper: str, vision: Any, text: Mapping[str, Any], source: str

@@ -28,6 +28,7 @@ INPUT_FONT = Font(color="0000FF")
 INPUT_FILL = PatternFill("solid", fgColor="FFF2CC")
 HEADER_FONT = Font(bold=True)
 DERIVED_FONT = Font(color="808080", italic=True)  # computed, not to be edited
+KEY_FONT = Font(color="808080", size=8)  # a row's JSON key / symbol, beside its words
 OOM_FILL = PatternFill("solid", fgColor="D9D9D9")
 OOM_FONT = Font(color="808080", strike=True)
 UNFIT_FILL = PatternFill("solid", fgColor="FFC7CE")  # Excel's own "bad" red

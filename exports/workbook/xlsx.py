@@ -24,19 +24,21 @@ from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.load.hardware import field_doc, may_be_zero
 from infest.compiler.core.keys import PARALLEL
-from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS, key_label
 from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 from infest.compiler.core.ops import KV_ELEM_NAME
-from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, sym
+from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, PARAM_DOC, sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
-                                          UNFIT_FILL, UNFIT_FONT,
+                                          KEY_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, set_formula, unit_of)
 from infest.exports.workbook.points import effs, estimate_text
 from infest.exports.workbook.xlsx_names import Namer
 from infest.exports.workbook.xlsx_hardware import Picker, hardware_sheet, own_name
 from infest.compiler.forms.model import estimate
 
+from infest.exports.workbook.validation import cell_rule, rules_by_cell
+from infest.exports.workbook.xlsx_memory import groups_of, summary_sums, summary_table
 from infest.exports.workbook.xlsx_plan import plan_sheet
 from infest.exports.workbook.xlsx_sweep import charts_sheet, sweep_sheet
 
@@ -90,10 +92,15 @@ HOW_TO = [
     ("Number formats", "kv_bytes_per_elem (Inputs) is the KV cache's bytes per element: "
      "2 for bf16, 1 for fp8 (the cache halves, max_batch about doubles). Weight and "
      "activation bytes follow the spec's dtypes."),
-    ("Inputs", "in_<name> is the cell you type (human unit); base_<name> beside it is the "
-     "same value in base units (bytes, bytes/s, s, FLOP/s) that the formulas use."),
-    ("Summary", "out_<key>: every memory and step key of `infest eval --json`, in base "
-     "units, with GB / ms beside. params.group.* are the parameter subtotals per group."),
+    ("Inputs", "Each row says in words what it is, its symbol in the small grey key column. "
+     "in_<name> is the cell you type (human unit); base_<name> beside it is the same value "
+     "in base units (bytes, bytes/s, s, FLOP/s) that the formulas use. Typing a value the "
+     "CLI refuses is refused, with the rule: N + T within the trained context, tp dividing "
+     "the heads and columns it splits, ep dividing the experts and tp x dp, dp dividing B."),
+    ("Summary", "out_<key>: every memory and step key of `infest eval --json`, in words, "
+     "its JSON key in the grey column; the value in base units (what eval gives), shown "
+     "again as GB, ms or us, tokens/s. Below: the weights by parameter group, the named "
+     "cells the weight totals sum."),
     ("Bounds", "step.overlap_floor_s, the largest of compute, memory and collective time "
      "over the whole step: the hard floor, no engine beats it. step.roofline_s, the "
      "serial-kernel bound (each op at its largest hard term, ops one after another: an "
@@ -101,10 +108,11 @@ HOW_TO = [
      "step.tokens_per_s = tokens / roofline_s."),
     ("Estimate", "step.time_s adds the launch floor: launch_overhead per kernel, an "
      "assumption about the engine (CUDA graphs and fusion beat it)."),
-    ("Does not fit", "memory.fits FALSE turns the Summary's fits and throughput rows red: "
+    ("Does not fit", "memory.fits FALSE turns the Summary's fits, step time and tokens/s "
+     "rows (bound and estimate) red: "
      "that batch and context do not fit in memory, so the point is not achievable. On the "
-     "Sweep sheet such cells are grey and struck through; the charts leave them out (and "
-     "contexts past the model's trained context)."),
+     "Sweep sheet such cells are grey and struck through, the fits grid's FALSE red; the "
+     "charts leave them out (and contexts past the model's trained context)."),
     ("Ops", "A row per op: per-instance costs and time terms; count x the row gives the "
      "step's share. bound names the largest term."),
     ("Sweep / Charts", "tokens/s and step time with B down and N across; charts are drawn "
@@ -118,7 +126,8 @@ HOW_TO = [
      "each chunk's mixed step on the Plan steps sheet; TTFT, TPOT, E2E, tokens/s, GPUs, fits "
      "and the limits out (plan_<key>)."),
     ("Long formulas", "No formula is over 400 characters: step totals sum per-op rows "
-     "(Ops, Sweep points, Plan steps); a longer part of a memory form sits on Helpers."),
+     "(Ops, Sweep points, Plan steps); the weight totals sum the groups' named cells; a longer "
+     "part of a memory form sits on Helpers."),
 ]
 
 
@@ -164,7 +173,8 @@ def _describe_input(b: Builder, name: str) -> tuple[str, str, str]:
     if name == KV_ELEM_NAME:
         return "bytes/elem", "KV cache bytes per element: bf16 2, fp8 1, fp4 0.5", "model"
     if name in params:
-        return params[name].dimension or "", f"model param of {b.analysis.model.name}", "model"
+        words = PARAM_DOC.get(name, name.replace("_", " "))
+        return params[name].dimension or "", f"{words} (model param)", "model"
     hw = b.analysis.hardware
     dim = hw.fields[name].dimension if hw and name in hw.fields else None
     doc, unit = field_doc(name)
@@ -173,22 +183,44 @@ def _describe_input(b: Builder, name: str) -> tuple[str, str, str]:
 
 def _inputs_sheet(b: Builder, picker: Picker) -> None:
     ws = b.wb["Inputs"]
-    ws.append(["input", "value", "unit", "in base units", "base unit", "description", "kind",
-               "note"])
+    ws.append(["input", "value", "unit", "in base units", "base unit", "key", "kind", "note"])
     rules = _validations(ws)
     _hw_row(b, ws, picker)
-    for row, item in enumerate(_input_rows(b, picker), start=3):
+    items = _input_rows(b, picker)
+    for row, item in enumerate(items, start=3):
         _input_row(b, ws, row, item, picker)
-        rules[_validation_kind(b, item)].add(f"B{row}")
-    _style_header(ws, widths=[20, 14, 12, 16, 10, 56, 10, 40], right=(2, 4))
+    checks = rules_by_cell(b.analysis.forms.model.constraints, _plain_names(items))
+    for row, item in enumerate(items, start=3):
+        kind, extra = _validation_kind(b, item), checks.get(f"in_{item[0]}")
+        if extra:   # the model's own conditions on this input: a custom rule
+            ws.add_data_validation(rule := cell_rule(f"in_{item[0]}", kind, extra))
+            rule.add(f"B{row}")
+        else:
+            rules[kind].add(f"B{row}")
+    _style_header(ws, widths=[54, 14, 12, 16, 10, 18, 10, 40], right=(2, 4))
+    _key_column(ws, 6)
+
+
+def _plain_names(items: list[tuple]) -> dict[sympy.Symbol, str]:
+    """The inputs typed in their base unit (no scaling), by symbol: the ones a validation
+    rule can name directly (the model's conditions are on counts, not on TB/s)."""
+    return {sym(name): f"in_{name}" for name, _value, unit, _doc, _kind in items
+            if unit not in HUMAN}
+
+
+def _key_column(ws, col: int) -> None:
+    """The JSON key / symbol beside each row's words: narrow, small and grey."""
+    for (cell,) in ws.iter_rows(min_row=2, min_col=col, max_col=col):
+        cell.font = KEY_FONT
+    ws.cell(1, col).font = HEADER_FONT
 
 
 def _hw_row(b: Builder, ws, picker: Picker) -> None:
     """in_hw: the GPU the hardware inputs are looked up for (a list of the sheet's names)."""
-    ws.cell(2, 1, "hw")
+    ws.cell(2, 1, "GPU: a column of the Hardware sheet (or custom)")
     cell = ws.cell(2, 2, own_name(b))
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
-    ws.cell(2, 6, "the GPU: a column of the Hardware sheet (custom: its blue column)")
+    ws.cell(2, 6, "hw")
     ws.cell(2, 7, "hardware")
     rule = DataValidation(type="list", formula1=picker.names, allow_blank=False,
                           error="a hardware name from the Hardware sheet's header row")
@@ -236,7 +268,7 @@ def _input_row(b: Builder, ws, row: int, item: tuple, picker: Picker) -> None:
     hardware field reads the picked GPU's value unless a number is typed over it."""
     name, value, unit, doc, kind = item
     scale, human_unit = HUMAN.get(unit, (Fraction(1), unit))
-    ws.cell(row, 1, name)
+    ws.cell(row, 1, doc)
     cell = ws.cell(row, 2)
     cell.font, cell.fill = INPUT_FONT, INPUT_FILL
     if name in picker.rows:
@@ -245,7 +277,7 @@ def _input_row(b: Builder, ws, row: int, item: tuple, picker: Picker) -> None:
         cell.value = _number(value / scale)
     cell.number_format = "General"
     ws.cell(row, 3, human_unit)
-    ws.cell(row, 6, doc)
+    ws.cell(row, 6, name)
     ws.cell(row, 7, kind)
     b.define(f"in_{name}", "Inputs", f"B{row}")
     b.names[sym(name)] = f"in_{name}"
@@ -393,24 +425,46 @@ def _summary_rows(b: Builder) -> list[tuple[str, str, sympy.Basic]]:
 
 def _summary_sheet(b: Builder, ops_rows: tuple[int, int]) -> None:
     ws = b.wb["Summary"]
-    ws.append(["key", "value", "unit", "human", "human unit", "also", "note"])
+    ws.append(["what", "value", "unit", "shown as", "in", "also", "key", "note"])
     rows = _summary_rows(b)
     namer = b.namer = Namer.of([(expr, _name_of(section, key)) for section, key, expr in rows])
+    groups, table_top = groups_of(b.analysis), len(rows) + 4   # after step.bound, a blank row
+    sums = summary_sums(b, groups, table_top + 1)
     for row, (section, key, expr) in enumerate(rows, start=2):
-        ws.cell(row, 1, f"{section}.{key}")
+        ws.cell(row, 1, summary_label(section, key))
+        ws.cell(row, 7, f"{section}.{key}")
         b.define(_name_of(section, key), "Summary", f"B{row}")
-        text = _summary_formula(b, namer, (section, key, expr), ops_rows)
+        text = sums.get((section, key)) or _summary_formula(b, namer, (section, key, expr), ops_rows)
         set_formula(ws.cell(row, 2), text, expr)
         _summary_units(ws, row, section, key)
     where = {(s, k): r for r, (s, k, _) in enumerate(rows, start=2)}
     _bound_row(b, ws, len(rows) + 2, where)
     _mark_summary_unfit(ws, where)
-    _style_header(ws, widths=[30, 22, 12, 14, 12, 38, 60], right=(2, 4))
+    params = Namer.of([(e, _name_of(s, k)) for s, k, e in rows if s == "params"])
+    summary_table(b, ws, table_top, groups, params)
+    _style_header(ws, widths=[44, 22, 10, 14, 9, 38, 24, 60], right=(2, 4))
+    _key_column(ws, 7)
+
+
+def summary_label(section: str, key: str) -> str:
+    """A Summary row's words: the result-key table's label (compiler/core/keys.py), a
+    parameter group's name, or the time term a binding ceiling stands for."""
+    if section == "params" and key.startswith("group."):
+        return f"parameters, group {key[len('group.'):]}"
+    if section == "bound":
+        return BOUND_LABELS.get(key, key)
+    return key_label(f"{section}.{key}")
+
+
+# The binding-ceiling candidates (compiler/core/terms.py BOUND_TERMS) in words.
+BOUND_LABELS = {"weights": "ceiling: memory time reading weights",
+                "kv": "ceiling: memory time reading the KV cache",
+                **{t.name: f"ceiling: {t.name} time" for t in TIME_TERMS if len(t.bounds) == 1}}
 
 
 # Rows that turn red when the point does not fit: it is not achievable.
 _UNFIT_ROWS = [("memory", "fits"), ("step", "tokens_per_s"), ("step", "roofline_s"),
-               ("step", "time_s")]
+               ("step", "time_s"), ("step", "estimate_s"), ("step", "tokens_per_s_estimate")]
 
 
 def _mark_summary_unfit(ws, where: dict) -> None:
@@ -419,8 +473,8 @@ def _mark_summary_unfit(ws, where: dict) -> None:
         row = where[(section, key)]
         ws.conditional_formatting.add(f"A{row}:F{row}", FormulaRule(
             formula=["NOT(out_fits)"], fill=UNFIT_FILL, font=UNFIT_FONT))
-    ws.cell(where[("step", "tokens_per_s")], 6,
-            '=IF(out_fits,"","NOT ACHIEVABLE: does not fit in memory")')
+    for key in ("tokens_per_s", "tokens_per_s_estimate"):
+        ws.cell(where[("step", key)], 6, '=IF(out_fits,"","NOT ACHIEVABLE: does not fit in memory")')
     ws.cell(where[("memory", "fits")], 6, '=IF(out_fits,"fits","DOES NOT FIT in memory")')
 
 
@@ -473,7 +527,7 @@ def _name_of(section: str, key: str) -> str:
 _OPS_SUMMED = set(OP_COLUMNS[1:]) | {"time_s", "roofline_s", "estimate_s"}
 
 
-_FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000E+00",
+_FORMATS = {"bytes": "#,##0", "params": "#,##0", "FLOP": "#,##0", "s": "0.000000",
             "tokens/s": "#,##0.0"}
 
 
@@ -488,23 +542,27 @@ BOUND_NOTES = {"roofline_s": "serial-kernel bound: peaks, kernels one after anot
 
 
 def _summary_units(ws, row: int, section: str, key: str) -> None:
+    """Unit beside the base value; the value again in a human unit: GB (GiB too), ms or us
+    (whichever reads without leading zeros), billions of params, tokens/s whole."""
     unit = {"params": "params", "bound": "s"}.get(section) or unit_of(key)
     ws.cell(row, 3, unit)
     if section == "step" and key in BOUND_NOTES:
-        ws.cell(row, 7, BOUND_NOTES[key])
+        ws.cell(row, 8, BOUND_NOTES[key])
     ws.cell(row, 2).number_format = _FORMATS.get(unit, "General")
-    ws.cell(row, 4).number_format = "0.000"
+    ws.cell(row, 4).number_format = "#,##0.000"
     if unit == "bytes":
         ws.cell(row, 4, f"=B{row}/1E9")
         ws.cell(row, 5, "GB")
         ws.cell(row, 6, f'=TEXT(B{row}/2^30,"0.00")&" GiB"')
     elif unit == "s":
-        ws.cell(row, 4, f"=B{row}*1000")
-        ws.cell(row, 5, "ms")
-        ws.cell(row, 6, f'=TEXT(B{row}*1E6,"0.0")&" us"')
+        ws.cell(row, 4, f"=IF(ABS(B{row})>=0.001,B{row}*1000,B{row}*1E6)")
+        ws.cell(row, 5, f'=IF(ABS(B{row})>=0.001,"ms","us")')
     elif unit == "params":
         ws.cell(row, 4, f"=B{row}/1E9")
         ws.cell(row, 5, "billion")
+    elif unit == "tokens/s":
+        ws.cell(row, 4, f"=B{row}").number_format = "#,##0"
+        ws.cell(row, 5, "tokens/s")
 
 
 def _bound_row(b: Builder, ws, row: int, where: dict) -> None:
@@ -514,6 +572,7 @@ def _bound_row(b: Builder, ws, row: int, where: dict) -> None:
     text = '"launch"'
     for name, ref in reversed(list(zip(BOUND_TERMS[:-1], refs[:-1]))):
         text = f'IF({ref}={biggest},"{name}",{text})'
-    ws.cell(row, 1, "step.bound")
+    ws.cell(row, 1, key_label("step.bound"))
+    ws.cell(row, 7, "step.bound").font = KEY_FONT
     set_formula(ws.cell(row, 2), "=" + text, "argmax(" + ", ".join(BOUND_TERMS) + ")")
     b.define("out_bound", "Summary", f"B{row}")

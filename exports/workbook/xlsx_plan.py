@@ -37,6 +37,8 @@ from infest.compiler.core.symbols import sym
 from infest.compiler.core.terms import TIME_TERMS
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           UNFIT_FILL, UNFIT_FONT, Builder, live_cell)
+from infest.exports.workbook.validation import cell_rule, rules_by_cell
+from infest.exports.workbook.xlsx_memory import plan_fits_rows, plan_group_table
 from infest.exports.workbook.points import (BOUND, ESTIMATE, Point, Table, bound_text, effs,
                                             estimate_text, point_table)
 
@@ -76,6 +78,7 @@ def plan_sheet(b: Builder, decode: "Analysis") -> None:
     for item in _schedule_rows():
         row = _row(b, ws, row, *item)
     chunks = _chunk_table(ws)
+    plan_group_table(b, ws, FIRST_ROW + CHUNK_POINTS + 1, TABLE_COL, decode, _live)
     _steps_sheet(b, steps, decode, chunks)
     for item in _metric_rows(b, decode):
         row = _row(b, ws, row, *item)
@@ -98,14 +101,38 @@ def _inputs(b: Builder, ws, row: int) -> int:
     layout = {i.name: i.value for i in b.analysis.inputs(b.overrides) if i.name in PARALLEL}
     rows = REQUEST_INPUTS + [(p, int(layout.get(p, 1)), "GPUs", f"{p} of this plan's layout")
                              for p in PARALLEL]
+    checks = _plan_checks(b)
     for key, default, unit, label in rows:
         cell = ws.cell(row, 2, default)
         cell.font, cell.fill = INPUT_FONT, INPUT_FILL
-        {"ms": positive, "tokens": two if key == "osl" else whole}.get(unit, whole).add(cell.coordinate)
+        if f"plan_{key}" in checks:   # the model's conditions on it: a custom rule
+            kind = "two_or_more" if key == "osl" else "whole"
+            ws.add_data_validation(rule := cell_rule(f"plan_{key}", kind, checks[f"plan_{key}"]))
+            rule.add(cell.coordinate)
+        else:
+            {"ms": positive, "tokens": two if key == "osl" else whole}.get(unit, whole).add(cell.coordinate)
         _label(ws, row, key, unit, label, "")
         b.define(f"plan_{key}", SHEET, f"B{row}")
         row += 1
     return row
+
+
+def _plan_checks(b: Builder) -> dict[str, list[tuple[str, str]]]:
+    """Cell name -> the conditions on it: the model's conditions on the layout (tp divides
+    the heads, ep divides the experts and tp x dp, pp at most the layers; none that use
+    B, N or T, which the sheet derives), and ISL + OSL - 1 within the trained context as
+    serve checks it."""
+    names = {**{s: n for s, n in b.names.items() if n.startswith("in_")},
+             **{sym(p): f"plan_{p}" for p in PARALLEL}}
+    for point in ("B", "N", "T"):
+        names.pop(sym(point), None)
+    checks = rules_by_cell(b.analysis.forms.model.constraints, names)
+    trained = b.names.get(sym(TRAINED_CONTEXT))
+    if trained is not None:
+        context = (f"plan_isl+plan_osl-1<={trained}", "ISL + OSL - 1 <= the trained context")
+        for key in ("plan_isl", "plan_osl"):
+            checks[key] = [context]
+    return checks
 
 
 def _label(ws, row: int, key: str, unit: str, label: str, note: str) -> None:
@@ -115,7 +142,7 @@ def _label(ws, row: int, key: str, unit: str, label: str, note: str) -> None:
     ws.cell(row, 6, note)
 
 
-_FORMATS = {"s": "0.000000", "tokens/s": "#,##0.0", "requests/s": "#,##0.000",
+_FORMATS = {"bytes": "#,##0", "s": "0.000000", "tokens/s": "#,##0.0", "requests/s": "#,##0.000",
             "GPUs": "#,##0", "tokens": "#,##0.##", "replicas": "#,##0", "steps": "#,##0.###",
             "requests": "#,##0.###", "clients": "#,##0"}
 
@@ -314,13 +341,15 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
     forms = decode.forms
     top, bottom = FIRST_ROW, FIRST_ROW + CHUNK_POINTS - 1
     w = f"${get_column_letter(TABLE_COL + 1)}${top}:${get_column_letter(TABLE_COL + 1)}${bottom}"
+    fits = plan_fits_rows(b, decode, _live, last) or [
+        ("fits", lambda c: _live(b, c, forms.memory["fits"], last), "",
+         "fits in memory at the last decode step", "c x dp sequences at ISL + OSL - 2")]
     rows = [
         ("last_context", "=plan_isl+plan_osl-2", "tokens", "cache at the last decode step",
          "ISL + OSL - 2"),
         ("gpus", lambda c: _live(b, c, forms.parallel["gpus"], last), "GPUs",
          "GPUs of one replica (the layout)", "tp x pp x dp"),
-        ("fits", lambda c: _live(b, c, forms.memory["fits"], last), "",
-         "fits in memory at the last decode step", "c x dp sequences at ISL + OSL - 2"),
+        *fits,
     ]
     for p, col in (("", TABLE_COL + 5), ("bound_", TABLE_COL + 6)):
         steps = f"${get_column_letter(col)}${top}:${get_column_letter(col)}${bottom}"

@@ -14,7 +14,8 @@ from openpyxl.utils import get_column_letter
 from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.compiler.core.symbols import sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
-                                          OOM_FILL, OOM_FONT, Builder, live_cell)
+                                          OOM_FILL, OOM_FONT, UNFIT_FILL, UNFIT_FONT, Builder,
+                                          live_cell)
 from infest.exports.workbook.points import BOUND, Point, Table, point_table
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -60,6 +61,7 @@ def sweep_sheet(b: Builder) -> None:
         _value_grid(b, ws, grids[key], b.analysis.forms.step[key], table)
         _mark_unfit(ws, grids[key], grids["fits"], trained)
     _value_grid(b, ws, grids["fits"], b.analysis.forms.memory["fits"], None)
+    _red_where_false(ws, grids["fits"])
     for key in ("tokens_per_s", "time_s"):
         _chart_grid(ws, grids["chart." + key], grids[key], grids["fits"], trained)
     ws.column_dimensions["A"].width = 12
@@ -148,6 +150,14 @@ def _mark_unfit(ws, grid: _Grid, fits: _Grid, trained: str | None) -> None:
         unfit = f"OR({unfit},B${grid.top + 1}>{trained})"
     ws.conditional_formatting.add(f"B{first_row}:{last}", FormulaRule(
         formula=[unfit], fill=OOM_FILL, font=OOM_FONT))
+
+
+def _red_where_false(ws, grid: _Grid) -> None:
+    """The fits grid's FALSE cells red, as every fits / ok flag in the workbook."""
+    first_row = grid.top + 2
+    last = f"{get_column_letter(len(SWEEP_N) + 1)}{first_row + len(SWEEP_B) - 1}"
+    ws.conditional_formatting.add(f"B{first_row}:{last}", FormulaRule(
+        formula=[f"NOT(B{first_row})"], fill=UNFIT_FILL, font=UNFIT_FONT))
 
 
 def _chart_grid(ws, grid: _Grid, values: _Grid, fits: _Grid, trained: str | None) -> None:

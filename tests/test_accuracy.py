@@ -1,6 +1,6 @@
 """bench/accuracy.py runs (issue #22, item 4): in its quick mode (no leave-one-out fit) it
 evaluates every public measurement, exits 0 (no row beats its overlap floor), and the
-README's accuracy table is what it prints, so neither can rot."""
+docs/accuracy.md table is what it prints, so neither can rot."""
 from __future__ import annotations
 
 import importlib.util
@@ -31,7 +31,7 @@ def test_quick_mode_runs_and_no_row_beats_its_floor(capsys) -> None:
 def test_readme_table_is_the_scripts_output(capsys) -> None:
     accuracy = _accuracy()
     rows = accuracy.table_rows(accuracy.evaluate(quick=True))
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
     table = readme[readme.index("| server | model | GPU |"):].split("\n\n")[0].splitlines()[2:]
     assert len(table) == len(rows)
     for line, row in zip(table, rows):

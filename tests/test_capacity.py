@@ -16,7 +16,7 @@ from infest.exports.cli.main import main
 ROOT = Path(__file__).parents[1]
 LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
 
-# Hand derivation from specs/models/llama3_1_8b.arch and DOMAIN.md (bf16 = 2 bytes):
+# Hand derivation from specs/models/llama3_1_8b.arch and docs/physics.md (bf16 = 2 bytes):
 #   per layer params: q, o 4096*4096 = 16,777,216 each; k, v 4096*1024 = 4,194,304 each;
 #     gate/up/down 3*4096*14336 = 176,160,768; two rmsnorms 2*4096 = 8,192
 #     -> 218,112,000; x 32 layers = 6,979,584,000

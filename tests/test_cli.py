@@ -131,3 +131,25 @@ def test_unwritable_output_is_an_error_not_a_traceback(capsys, tmp_path: Path) -
     blocker.write_text("")
     assert main(["compile", LLAMA, "--hw", "h100_sxm", "--xlsx", str(blocker / "x.xlsx")]) == 1
     assert f"error: cannot write '{blocker / 'x.xlsx'}': Not a directory" in capsys.readouterr().err
+
+
+def test_out_names_what_each_verb_writes(tmp_path, capsys) -> None:
+    """-o/--out is the one output flag: compile's workbook, sweep's and plan's plot,
+    diagnose's report, import-hf's spec; the older spellings stay as aliases."""
+    spec = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
+    book, fig, report = tmp_path / "b.xlsx", tmp_path / "s.png", tmp_path / "d.md"
+    assert main(["compile", spec, "--hw", "h100_sxm", "-o", str(book)]) == 0
+    assert main(["sweep", spec, "--hw", "h100_sxm", "--B", "1,8", "--N", "1k,4k",
+                 "--out", str(fig)]) == 0
+    assert main(["diagnose", spec, "--hw", "h100_sxm", "--measured-step", "12ms",
+                 "-o", str(report)]) == 0
+    assert book.stat().st_size > 0 and fig.stat().st_size > 0
+    assert report.read_text().startswith("# Diagnosis")
+    capsys.readouterr()
+
+
+def test_xlsx_and_out_naming_two_workbooks_is_an_error(tmp_path, capsys) -> None:
+    code = main(["compile", str(ROOT / "specs" / "models" / "llama3_1_8b.arch"), "--hw", "h100_sxm",
+                 "--xlsx", str(tmp_path / "a.xlsx"), "--out", str(tmp_path / "b.xlsx")])
+    assert code == 1 and "name two workbooks" in capsys.readouterr().err
+    assert not (tmp_path / "a.xlsx").exists() and not (tmp_path / "b.xlsx").exists()

@@ -63,8 +63,12 @@ def test_shared_subexpression_is_computed_once():
 
 def test_deep_expressions_are_split_into_temporaries():
     deep = x
-    for i in range(300):  # each level a distinct node used once: inline until the cap
-        deep = sympy.Max(deep, i) * y if i % 2 else deep + i
+    # each level a distinct node used once: inline until the cap. 5x the cap's depth is
+    # deep enough to need splitting (one line would hold ~120 parentheses, the check allows
+    # 72); Max unevaluated, as the compiler builds it on symbolic arguments (sympy's own
+    # Max compares every pair of arguments, which made this test take 20 s).
+    for i in range(5 * MAX_INLINE_DEPTH):
+        deep = sympy.Max(deep, i, evaluate=False) * y if i % 2 else deep + i
     source = numpy_source(SYMS, [deep])
     assert max(line.count("(") for line in source.splitlines()) <= 3 * MAX_INLINE_DEPTH
     assert float(compile_forms(SYMS, [deep])(*ARGS)[0]) > 0

@@ -148,7 +148,7 @@ def test_deepseek_full_counts_every_collective_from_the_graph() -> None:
 
 
 BIG = """
-# A 1T-parameter dense model in bf16 (the DOMAIN check): 270 layers of two linears,
+# A 1T-parameter dense model in bf16 (the capacity check in docs/physics.md): 270 layers of two linears,
 # 21504 -> 86016 -> 21504 (21504 = 21 x 1024 so that 21 GPUs split it evenly).
 model big {
   hidden = 21504; ffn = 86016; layers = 270

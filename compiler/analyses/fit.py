@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from infest.compiler.analyses.calibrate import Prepared
 
 # (default centre, sd of ln(value)); the centres are the documented defaults
-# (compiler/load/hardware.py, compiler/load/estimate_fields.py), except the two overheads
-# whose default is 0 (off): their centres are assumptions, DOMAIN's "tens of us to
+# (compiler/load/fields.py), except the two overheads
+# whose default is 0 (off): their centres are assumptions, "tens of us to
 # milliseconds" per step and 10 ms per request, with a wide sd (a factor e^2 ~ 7.4).
 PRIOR = {"eff_mem": (0.8, 0.5), "eff_flops": (0.7, 0.5), "eff_attn": (0.48, 0.5),
          "eff_link": (0.8, 0.5), "kernel_latency": (4.3e-6, 1.0),
@@ -46,7 +46,7 @@ PER_GPU = ("eff_mem", "eff_flops")
 PER_ENGINE = ("eff_mem", "kernel_latency", "step_overhead", "request_overhead")
 # How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
 # kernels reach their datasheet within ~30%; an engine's efficiency too (0.5); its fixed
-# costs are its own (DOMAIN: a step costs tens of us to milliseconds by engine), sd 2.
+# costs are its own (a step costs tens of us to milliseconds by engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
 ENGINE_SD = {"eff_mem": 0.5, "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}
 # The spread of a measurement's ln(time) about the model (sd): public figures converted to

@@ -1,4 +1,4 @@
-"""The op vocabulary: for each op kind its signature and cost rule (DOMAIN.md).
+"""The op vocabulary: for each op kind its signature and cost rule (docs/physics.md).
 
 Every rule sees one op instance with its tensor inputs and resolved numeric args and
 returns the output width, params, a Cost, and the KV cache it holds per sequence.

@@ -1,5 +1,5 @@
-"""The estimate's pieces of one op, from its kind (DOMAIN.md, "Queues, budgets and what
-real kernels cost"); the rule combining them is compiler/core/estimate_rule.py, the
+"""The estimate's pieces of one op, from its kind (docs/physics.md, "Estimate beside the
+bound"); the rule combining them is compiler/core/estimate_rule.py, the
 parameters are fields of compiler/load/fields.py (role "estimate" and the efficiencies).
 
 - gemm_rows: a GEMM's (linear, router) rows M, which pad up to whole tiles of

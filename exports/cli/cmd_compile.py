@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from infest.dsl.errors import fail
 from infest.exports.cli.common import add_spec_args, make_analysis, parse_sets
 
 
@@ -13,14 +14,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_args(p, hw_required=False)
     p.add_argument("--xlsx", nargs="?", const="", metavar="PATH",
                    help="write a workbook of live formulas (default MODEL_HW.xlsx)")
+    p.add_argument("-o", "--out", metavar="PATH", help="the workbook's path (implies --xlsx)")
     p.add_argument("--json", action="store_true", help="forms as JSON strings")
     p.add_argument("--symbolic", action="store_true",
                    help="keep model params (hidden, layers, ...) and the layout (tp, ep, pp, "
                         "dp) as symbols")
 
 
+def workbook_path(args: argparse.Namespace) -> str | None:
+    """`--xlsx [PATH]` and `-o/--out PATH` name the same workbook; given both, they agree."""
+    if args.out is None:
+        return args.xlsx
+    if args.xlsx not in (None, "", args.out):
+        raise fail(None, f"--xlsx {args.xlsx} and --out {args.out} name two workbooks",
+                   "give the path once")
+    return args.out
+
+
 def run(args: argparse.Namespace) -> int:
     """Print or write the forms."""
+    args.xlsx = workbook_path(args)
     analysis = make_analysis(args)
     overrides = parse_sets(args.set)
     if args.xlsx is not None:

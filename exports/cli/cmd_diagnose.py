@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured tokens/s at context N, e.g. 32k=95")
     add_served_arguments(p)
     p.add_argument("--json", action="store_true", help="the diagnose --json object")
-    p.add_argument("--out", metavar="DIAGNOSIS.md", help="also write a Markdown record")
+    p.add_argument("-o", "--out", metavar="DIAGNOSIS.md", help="also write a Markdown record")
     p.add_argument("--plot", metavar="FILE", help="plot --depth points against the bound")
 
 

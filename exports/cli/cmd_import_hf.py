@@ -9,7 +9,7 @@ from pathlib import Path
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """CONFIG [-o OUT] [--quant-config PATH] [--gguf TYPE] [--name NAME]."""
     p.add_argument("config", metavar="CONFIG", help="a Hugging Face config.json")
-    p.add_argument("-o", "--output", metavar="OUT",
+    p.add_argument("-o", "--out", "--output", dest="output", metavar="OUT",
                    help="write the spec here (default: print it to stdout)")
     p.add_argument("--quant-config", metavar="PATH",
                    help="a ModelOpt hf_quant_config.json (default: one next to CONFIG, "

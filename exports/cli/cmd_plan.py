@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_batching_args(p)
     p.add_argument("--gpus-max", type=int, metavar="G", help="GPU limit (also caps one layout)")
     p.add_argument("--json", action="store_true", help="candidates, best, pareto")
-    p.add_argument("--plot", metavar="FILE", help="draw the Pareto front of the listed "
+    p.add_argument("-o", "--out", "--plot", dest="plot", metavar="FILE",
+                   help="draw the Pareto front of the listed "
                    "candidates, best marked")
     p.add_argument("--disaggregate", action="store_true",
                    help="size a prefill pool (--ttft-max) and a decode pool (--tpot-max) apart")

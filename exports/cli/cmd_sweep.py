@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="long format: B,N,<metric>,fits")
     fmt.add_argument("--json", action="store_true", help="one object with every point")
-    p.add_argument("--plot", metavar="FILE", help="also write a figure (.png, .svg or .pdf)")
+    p.add_argument("-o", "--out", "--plot", dest="plot", metavar="FILE",
+                   help="also write a figure (.png, .svg or .pdf)")
     p.add_argument("--plot-kind", choices=PLOT_KINDS, default="all",
                    help="which chart --plot draws (default: all, one multi-panel figure)")
 

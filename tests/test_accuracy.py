@@ -1,6 +1,6 @@
-"""bench/accuracy.py runs (issue #22, item 4): in its quick mode (no leave-one-out fit) it
-evaluates every public measurement, exits 0 (no row beats its overlap floor), and the
-docs/accuracy.md table is what it prints, so neither can rot."""
+"""bench/accuracy.py runs (issues #22, #23): in its quick mode (no fit) it evaluates every
+public measurement under its engine profile, exits 0 (no row beats its overlap floor), and
+docs/accuracy.md's table is what it prints, so neither can rot."""
 from __future__ import annotations
 
 import importlib.util
@@ -21,19 +21,23 @@ def test_quick_mode_runs_and_no_row_beats_its_floor(capsys) -> None:
     accuracy = _accuracy()
     assert accuracy.main(["--quick", "--markdown"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| server | model | GPU |") and "floor/measured: median" in out
-    for r in accuracy.evaluate(quick=True):
+    assert out.startswith("| server | model | GPU |")
+    assert "overlap floor / measured: at most" in out and "shipped profiles: median" in out
+    results, full, held = accuracy.evaluate(accuracy.prepared(), quick=True)
+    assert full is None and held == {}
+    for r in results:
+        p = r["p"]
         # overlap floor <= serial-kernel bound <= estimate, and the floor under the measurement
-        assert r["floor"] <= r["bound"] * (1 + 1e-12) <= r["estimate"] * (1 + 1e-12)
-        assert r["floor"] <= r["row"].step_s, r["row"].span
+        assert p.floor_s <= p.bound_s * (1 + 1e-12) <= r["default"] * (1 + 1e-12)
+        assert p.floor_s <= p.row.step_s, p.row.span
 
 
-def test_readme_table_is_the_scripts_output(capsys) -> None:
+def test_docs_table_is_the_scripts_output() -> None:
     accuracy = _accuracy()
-    rows = accuracy.table_rows(accuracy.evaluate(quick=True))
-    readme = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
-    table = readme[readme.index("| server | model | GPU |"):].split("\n\n")[0].splitlines()[2:]
+    results, _, _ = accuracy.evaluate(accuracy.prepared(), quick=True)
+    rows = accuracy.table_rows(results)
+    table = accuracy.docs_table()
     assert len(table) == len(rows)
+    keep = len(accuracy.HEADERS) - accuracy.FIT_COLUMNS
     for line, row in zip(table, rows):
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[:-1] == row[:-1]      # every column but the leave-one-out one
+        assert line[:keep] == row[:keep]      # every column but the fit's

@@ -90,6 +90,22 @@ def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, 
             assert named_cell(wb, f"base_{name}").value == pytest.approx(value, rel=1e-12)
 
 
+def test_engine_profile_workbook_equals_eval(tmp_path: Path, soffice: str) -> None:
+    # --engine sglang (specs/engines/sglang.json): its estimate parameters are each
+    # Hardware column's values where the GPU file leaves them out, read live by the
+    # Inputs sheet; a planner sets the per-step overhead to 2 ms (2000 us) and B = 8, and
+    # step.t_overhead_s and estimate_s recalculate to eval's at that value.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h200_sxm", engine="sglang")
+    edits = {"step_overhead": 2000, "B": 8}
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    expected = analysis.evaluate(_base(edits))
+    assert expected["step"]["t_overhead_s"] == pytest.approx(2e-3, rel=1e-12)
+    _assert_outputs(wb, expected)
+    for name in ("eff_mem", "eff_attn", "kernel_latency", "request_overhead"):
+        want = expected["inputs"][name]
+        assert named_cell(wb, f"in_{name}").value == pytest.approx(want / HUMAN.get(name, 1), rel=1e-12)
+
+
 def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
     """Every memory and step key equals eval's; no error cell anywhere."""
     assert _no_error_cells(wb) == []
@@ -102,7 +118,9 @@ def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
 # Inputs typed in human units: base units per unit (TB/s, GB, us, TFLOP/s).
 HUMAN = {"mem_bw": 1e12, "link_bw": 1e12, "net_bw": 1e12, "host_bw": 1e12,
          "mem_capacity": 1e9, "host_capacity": 1e9, "launch_overhead": 1e-6,
-         "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12}
+         "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12,
+         "kernel_latency": 1e-6, "step_overhead": 1e-6, "request_overhead": 1e-6,
+         "coll_step_latency": 1e-6}
 
 
 def _base(edits: dict) -> dict:
@@ -327,7 +345,8 @@ def test_compile_writes_a_plan_sheet_in_either_phase(tmp_path: Path, phase: str)
     assert wb.sheetnames[wb.sheetnames.index("Sweep") + 1] == "Plan"
     assert named_cell(wb, "plan_tp").value == 2           # the layout the command set
     assert named_cell(wb, "plan_chunk").value == 2048     # serve's default token budget
-    assert named_cell(wb, "plan_ttft_s").value == "=plan_ttft_steps*plan_mixed_s"
+    # TTFT: the steps to the first token, plus the estimate's per-request overhead once
+    assert named_cell(wb, "plan_ttft_s").value == "=plan_ttft_steps*plan_mixed_s+base_request_overhead"
 
 
 # Every shipped spec on one GPU, without LibreOffice: no formula on any sheet (helper

@@ -97,6 +97,21 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
         assert _value(wb, "ttft_steps") == pytest.approx(64 * 3049 / 512 - 49, rel=1e-12)
 
 
+def test_plan_sheet_equals_serve_under_an_engine_profile(tmp_path: Path, soffice: str) -> None:
+    # sglang's profile sets a per-step and a per-request overhead (specs/engines/sglang.json):
+    # every mixed and pure step on the sheet adds the first, the estimate's TTFT the second
+    # once (the bound's neither); the sheet's defaults equal serve's.
+    decode = analyze(MODELS / "llama3_1_8b.arch", hw="h200_sxm", engine="sglang")
+    wb = _recalculated(tmp_path, decode, {}, soffice)
+    got = serve(Serving(decode, decode), Request(1024, 256, 16, chunk=2048), {})
+    assert decode.evaluate()["inputs"]["request_overhead"] > 0
+    _assert_metrics(wb, got)
+    _assert_metrics(wb, got["bound"], "bound_")
+    request = decode.evaluate()["inputs"]["request_overhead"]
+    mixed = _value(wb, "mixed_s")
+    assert _value(wb, "ttft_s") == pytest.approx(_value(wb, "ttft_steps") * mixed + request, rel=1e-12)
+
+
 def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> None:
     """`plan`'s best layout and concurrency, typed into the Plan sheet, give its GPUs,
     TTFT and TPOT."""

@@ -6,17 +6,21 @@ MEASUREMENTS.csv has a header row and one row per measurement:
     hardware   the hardware it was measured on (only rows of the --hw hardware are fitted)
     tp, ep, pp, dp   the layout (empty: 1)
     policy     a sharding policy the spec declares (empty: its default)
-    engine     eager or graphs (empty: eager)
+    engine     an engine profile: eager, graphs, vllm, sglang, trtllm, ... (empty: eager)
     phase      decode or prefill (empty: decode)
     B, N, T    global batch, cached context (prefill: prompt length), new tokens per
                sequence (empty: 1; empty in prefill, where T is the prompt)
     step_s     the measured time of one step, in seconds
+    quantity   what `measured` is (empty: step_s): step_s, tpot_s (a decode row: TPOT of
+               every user decoding at B = concurrency, the decode step) or ttft_s (a
+               prefill row: the prefill step plus the per-request overhead)
+    measured   the measured quantity in seconds (empty: step_s)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
-the sum over ops of count x max over time terms of term / its efficiency
-(compiler/core/terms.py `derated`, the form compiler/forms/model.py compiles), so once each row's
-per-op terms are evaluated (one call of the generated code per row) the estimate at any
-efficiencies is a few numpy operations. The fit minimises the sum over rows of
+the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
+compiler/forms/estimate.py compiles) plus the step overhead, so once each row's per-op
+pieces are evaluated (one call of the generated code per row) the estimate at any
+parameters is a few numpy operations. The fit minimises the sum over rows of
 (ln estimate - ln measured)^2 with each efficiency in [EFF_MIN, 1]: a coordinate search
 on a log grid whose window halves every round. An efficiency no row's estimate depends
 on (eff_link without collectives) keeps its starting value and is reported as unfitted.
@@ -33,9 +37,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from infest.compiler.load.hardware import CompiledHardware, efficiencies
+from infest.compiler.core.estimate_rule import ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate
 from infest.compiler.core.keys import PARALLEL
-from infest.compiler.core.terms import TIME_TERMS, derated
+from infest.compiler.core.terms import TIME_TERMS
+from infest.compiler.load.fields import ESTIMATE_DEFAULTS
+from infest.compiler.load.hardware import CompiledHardware, efficiencies
 from infest.dsl.errors import Span, fail, printable, source_lines
 
 MAX_CSV_BYTES = 1 << 20      # a measurements file; thousands of rows fit in far less
@@ -50,7 +56,10 @@ EFF_MIN = 0.02               # the lowest efficiency the search tries (50x below
 GRID = 41                    # candidates per coefficient per round
 ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
 FITTED = tuple(t.eff for t in TIME_TERMS if t.eff)
-REQUIRED = ("spec", "hardware", "B", "N", "step_s")
+# Every parameter the estimate reads (compiler/load/fields.py ESTIMATE_DEFAULTS).
+ESTIMATE_PARAMS = tuple(ESTIMATE_DEFAULTS)
+REQUIRED = ("spec", "hardware", "B", "N")
+QUANTITIES = {"step_s": None, "tpot_s": "decode", "ttft_s": "prefill"}  # and the phase each needs
 LAYOUT = PARALLEL
 
 
@@ -65,27 +74,36 @@ class Row:
     policy: str | None
     engine: str | None
     point: dict[str, int]        # B, N, T (decode), tp, ep, pp, dp
-    step_s: float
+    step_s: float                # the measured quantity, seconds
     text: dict[str, str] = field(default_factory=dict)   # every column as written
 
 
 @dataclass
 class Prepared:
-    """A row evaluated once: per-op counts and time terms, its serial-kernel bound
-    (roofline) and its overlap floor (the hard one: no engine beats it)."""
+    """A row evaluated once: per-op counts and what the estimate reads of each op
+    (compiler/core/estimate_rule.py), its serial-kernel bound (roofline), its overlap
+    floor (the hard one: no engine beats it) and the inputs it was evaluated at."""
 
     row: Row
     count: np.ndarray
-    terms: dict[str, np.ndarray]
+    ops: dict[str, np.ndarray]       # ESTIMATE_OP_KEYS, per op
+    kind: Kind                       # per op (0/1 arrays): attention, collective, GEMM
     bound_s: float
-    floor_s: float = 0.0
+    floor_s: float
+    inputs: dict[str, float]
 
-    def estimate(self, effs: Mapping[str, Any]) -> Any:
-        """Step estimate at these efficiencies (scalars or arrays that broadcast)."""
-        shape = np.broadcast_shapes(*(np.shape(v) for v in effs.values()))
-        columns = {k: np.broadcast_to(v, shape)[..., None] for k, v in effs.items()}
-        worst = np.maximum.reduce(np.broadcast_arrays(*derated(self.terms, columns)))
-        return np.sum(self.count * worst, axis=-1)
+    def estimate(self, params: Mapping[str, Any]) -> Any:
+        """The row's estimate (compiler/core/estimate_rule.py) at these parameters
+        (scalars or arrays that broadcast; others at the row's inputs), plus the per-step
+        overhead, plus the per-request overhead for a TTFT row."""
+        v = {**self.inputs, **params}
+        col = {k: np.asarray(v[k], float)[..., None] for k in ESTIMATE_PARAMS}
+        each = op_estimate(self.ops, col, self.kind, NUMERIC)
+        step = np.sum(self.count * each, axis=-1)
+        extra = col["step_overhead"][..., 0]
+        if quantity(self.row) == "ttft_s":
+            extra = extra + col["request_overhead"][..., 0]
+        return step + extra
 
 
 def read_measurements(path: Path) -> list[Row]:
@@ -94,10 +112,12 @@ def read_measurements(path: Path) -> list[Row]:
     text = read_text(path, limit=MAX_CSV_BYTES, limit_name="MAX_CSV_BYTES")
     _check_lines(text, path)
     reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
+    missing += [] if {"step_s", "measured"} & set(header) else ["step_s"]
     if missing:
         raise fail(Span(str(path), 1, 1, 1, 2), f"measurements lack the column(s) {', '.join(missing)}",
-                   f"the header needs at least: {', '.join(REQUIRED)}")
+                   f"the header needs at least: {', '.join(REQUIRED)} and step_s (or measured)")
     rows = []
     try:
         for record in reader:
@@ -143,12 +163,26 @@ def _row(record: Mapping[str, str | None], span: Span) -> Row:
         point["T"] = _whole(text, "T", span, 1)
     elif text.get("T"):
         raise fail(span, "T is empty in prefill", "prefill processes T = N prompt tokens")
-    step = _number(text, "step_s", span)
+    step = _number(text, "measured" if text.get("measured") else "step_s", span)
+    _check_quantity(text, phase, span)
     for name in ("spec", "hardware"):
         if not text.get(name):
             raise fail(span, f"the row has no {name}")
     return Row(span, text["spec"], text["hardware"], phase, text.get("policy") or None,
                text.get("engine") or None, point, step, text)
+
+
+def _check_quantity(text: Mapping[str, str], phase: str, span: Span) -> None:
+    quantity = text.get("quantity") or "step_s"
+    if quantity not in QUANTITIES:
+        raise fail(span, f"quantity {quantity!r}: use {', '.join(QUANTITIES)}")
+    if QUANTITIES[quantity] not in (None, phase):
+        raise fail(span, f"quantity {quantity} is measured on a {QUANTITIES[quantity]} row, not {phase}")
+
+
+def quantity(row: Row) -> str:
+    """What a row measured: step_s, tpot_s or ttft_s."""
+    return row.text.get("quantity") or "step_s"
 
 
 def _whole(text: Mapping[str, str], key: str, span: Span, default: int | None) -> int:
@@ -187,8 +221,9 @@ def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
         spec = base / row.spec if (base / row.spec).exists() else Path(row.spec)
         key = (str(spec), row.phase, row.policy, row.engine)
         if key not in cache:
-            cache[key] = analyze(spec, hw=hw, phase=row.phase, policy=row.policy, engine=row.engine)
-        out.append(_prepared(row, cache[key].runner))
+            cache[key] = analyze(spec, hw=hw, phase=row.phase, policy=row.policy,
+                                 engine=row.engine).runner
+        out.append(_prepared(row, cache[key]))
     return out
 
 
@@ -204,11 +239,14 @@ def _prepared(row: Row, runner) -> Prepared:
         raise fail(row.span, f"this measurement cannot be evaluated: {exc.diagnostics[0].message}",
                    exc.diagnostics[0].hint) from None
     n = len(runner.ops)
-    ops = [{k: float(values[f"ops.{i}.{k}"]) for k in ("count",) + tuple(t.key for t in TIME_TERMS)}
-           for i in range(n)]
-    terms = {t.key: np.array([o[t.key] for o in ops]) for t in TIME_TERMS}
-    return Prepared(row, np.array([o["count"] for o in ops]), terms, float(values["step.roofline_s"]),
-                    float(values["step.overlap_floor_s"]))
+    ops = {k: np.array([float(values[f"ops.{i}.{k}"]) for i in range(n)])
+           for k in ("count",) + ESTIMATE_OP_KEYS}
+    kinds = [Kind.of(op.kind, op.collective) for op in runner.ops]
+    kind = Kind(*(np.array([getattr(k, f) for k in kinds], float)
+                  for f in ("attention", "collective", "gemm")))
+    inputs = {k: float(point.get(k, ESTIMATE_DEFAULTS[k])) for k in ESTIMATE_PARAMS}
+    return Prepared(row, ops.pop("count"), ops, kind, float(values["step.roofline_s"]),
+                    float(values["step.overlap_floor_s"]), inputs)
 
 
 def loss(rows: list[Prepared], effs: Mapping[str, Any]) -> Any:

@@ -45,7 +45,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from infest.compiler.core.terms import HARD_KEYS, TIME_TERMS, derated
+from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, ESTIMATE_PARAMS, NUMERIC,
+                                                PART_KEYS, Kind, op_estimate)
+from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 if TYPE_CHECKING:
     from infest.compiler.backend.runner import Runner
@@ -159,8 +161,16 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
             m, u = m + draft_len * drafting + step[2], u + draft_len * step[1]
         mean = np.sum(np.broadcast_to(m, np.broadcast_shapes(np.shape(m), w.shape)) * w,
                       axis=-1) / np.sum(w, axis=-1)
-        out[key] = {"mixed": mean, "pure": np.asarray(u)[..., 0]}
+        out[key] = {"mixed": mean, "pure": np.asarray(u)[..., 0],
+                    "request": request_overhead(pieces[3], key)}
     return out
+
+
+def request_overhead(values: Mapping[str, Any], key: str) -> Any:
+    """What TTFT adds once per request under a cost key: the estimate's request_overhead
+    (an input no form uses, compiler/core/estimate_rule.py ALWAYS_INPUTS); none under
+    the bound."""
+    return values.get("request_overhead", 0.0) if key == "estimate_s" else 0.0
 
 
 def _stacked(forms: Forms, parts: list[Mapping[str, Any]]) -> list["_Part"]:
@@ -215,24 +225,25 @@ def hand_off(runner: "Runner", values: Mapping[str, Any]) -> dict[str, np.ndarra
     balanced stages that is the forms' step of one micro-batch (pp stages and pp - 1
     hand-offs, compiler/passes/parallel.py) plus one more hand-off. This is that one."""
     out = {key: np.asarray(0.0) for key in KEYS}
-    ins = {k: values[k] for k in ("eff_mem", "eff_flops", "eff_link") if k in values}
+    params = {k: values[k] for k in ESTIMATE_PARAMS if k in values}
     for i, op in enumerate(runner.ops):
         if op.kind != "send_recv":
             continue
-        terms = {t.key: values[f"ops.{i}.{t.key}"] for t in TIME_TERMS}
+        v = {k: values[f"ops.{i}.{k}"] for k in ESTIMATE_OP_KEYS}
         sent = np.asarray(values[f"ops.{i}.count"]) > 0
         out["roofline_s"] = out["roofline_s"] + np.where(
-            sent, reduce(np.maximum, (terms[k] for k in HARD_KEYS)), 0.0)
+            sent, reduce(np.maximum, (v[k] for k in HARD_KEYS)), 0.0)
         out["estimate_s"] = out["estimate_s"] + np.where(
-            sent, reduce(np.maximum, derated(terms, ins)), 0.0)
+            sent, op_estimate(v, params, Kind.of(op.kind, True), NUMERIC), 0.0)
     return out
 
 
 def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
               cost: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(TTFT, TPOT) of one cost key: TTFT = ttft_steps mixed steps; TPOT = the request's
-    decode time, mixed_steps mixed and the rest pure, over O - 1 tokens."""
-    ttft = sched["ttft_steps"] * cost["mixed"]
+    """(TTFT, TPOT) of one cost key: TTFT = ttft_steps mixed steps (plus, for the
+    estimate, the per-request overhead `request`); TPOT = the request's decode time,
+    mixed_steps mixed and the rest pure, over O - 1 tokens."""
+    ttft = sched["ttft_steps"] * cost["mixed"] + cost["request"]
     mixed = sched["mixed_steps"]
     decode = mixed * cost["mixed"] + (dec.steps - mixed) * cost["pure"]
     return ttft, decode / (b.osl - 1)
@@ -242,16 +253,24 @@ def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
 # (the workbook's Plan sheet writes the same rules as formulas): "parts" add (FLOPs),
 # "parts+weights" add and read the weights all the step's tokens touch once, "total" is
 # the term at all the step's tokens (one collective call; the experts they all miss),
-# "decode" the decode part's (the same kernels).
+# "decode" the decode part's (the same kernels). The estimate's other pieces follow the
+# same rules by key (ESTIMATE_RULES): the kernels are the decode part's; a GEMM's rows add
+# over the parts (its M is the step's tokens; a last-token head's, the sequences the parts
+# finish; an expert GEMM's rows per touched expert add, slightly more than at all the
+# tokens together where few tokens touch many experts); the busiest expert rank's load
+# and a collective's latency are those of all the step's tokens.
 MIXED_RULES = {"compute": "parts", "memory": "parts+weights", "comm": "total",
                "launch": "decode", "host": "total"}
+ESTIMATE_RULES = {"kernels": "decode", "gemm_rows": "parts", "gemm_load": "total",
+                  "comm_latency_s": "total", "ring_steps": "total"}
 _RULES = {
     "parts": lambda parts, tot, fix, k: sum(p[k] for p in parts),
     "parts+weights": lambda parts, tot, fix, k: sum(p[k] for p in parts) + fix,
     "total": lambda parts, tot, fix, k: tot[k],
     "decode": lambda parts, tot, fix, k: parts[0][k],
 }
-_MIXED = {name: _RULES[rule] for name, rule in MIXED_RULES.items()}
+_MIXED = {**{t.key: _RULES[MIXED_RULES[t.name]] for t in TIME_TERMS},
+          **{k: _RULES[rule] for k, rule in ESTIMATE_RULES.items()}}
 
 
 def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[str, Any]
@@ -259,22 +278,24 @@ def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[st
     """{estimate_s, roofline_s} of one forward carrying the points `parts` (each the forms
     at some B, T, N); `tot` is the same layout at all their tokens with no cache (its
     weight bytes are what the step's tokens touch together, its collectives carry them
-    all). The estimate divides each term by its efficiency, as compiler/forms/model.py does."""
-    ins = {k: tot[k] for k in ("mem_bw", "eff_mem", "eff_flops", "eff_link") if k in tot}
-    est, roof = 0.0, 0.0
-    for i in range(len(runner.ops)):
+    all). Each op's estimate is compiler/core/estimate_rule.py's over its mixed pieces
+    (its bound time_s the largest mixed term), as compiler/forms/estimate.py writes it;
+    the step adds the per-step overhead once."""
+    params = {k: tot[k] for k in ESTIMATE_PARAMS if k in tot}
+    est, roof = tot.get("step_overhead", 0.0), 0.0
+    for i, op in enumerate(runner.ops):
         keyed = [_keyed(src, i) for src in parts]
         total = _keyed(tot, i)
-        fix = (total["weight_bytes"] - sum(q["weight_bytes"] for q in keyed)) / ins["mem_bw"]
-        terms = {t.key: _MIXED[t.name](keyed, total, fix, t.key) for t in TIME_TERMS}
-        hard = reduce(np.maximum, (terms[k] for k in HARD_KEYS))
+        fix = (total["weight_bytes"] - sum(q["weight_bytes"] for q in keyed)) / tot["mem_bw"]
+        v = {k: rule(keyed, total, fix, k) for k, rule in _MIXED.items()}
+        v["time_s"] = reduce(np.maximum, (v[k] for k in TERM_KEYS))
         count = total["count"]
-        est = est + count * reduce(np.maximum, derated(terms, ins))
-        roof = roof + count * hard
+        est = est + count * op_estimate(v, params, Kind.of(op.kind, op.collective), NUMERIC)
+        roof = roof + count * reduce(np.maximum, (v[k] for k in HARD_KEYS))
     return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
 
 
-_OP_KEYS = ("count", "weight_bytes", *(t.key for t in TIME_TERMS))
+_OP_KEYS = ("count", "weight_bytes", "kernels", *TERM_KEYS, *PART_KEYS)
 
 
 def _keyed(values: Mapping[str, Any], i: int) -> dict[str, Any]:

@@ -168,7 +168,8 @@ class _Engine:
             self.joined -= leave - self.load.rounds
             first = self.first.pop(request)
             arrival = self.arrivals[request]
-            self.done.append((request, first - arrival, (self.now - first) / (self.load.osl - 1)))
+            ttft = first - arrival + self.grid.request   # the request's own overhead
+            self.done.append((request, ttft, (self.now - first) / (self.load.osl - 1)))
 
 
 def simulate(grid: StepGrid, load: Load, requests: int = DEFAULT_REQUESTS,

@@ -219,12 +219,12 @@ class Runner:
 def _check_sign(name: str, value: Fraction) -> None:
     """Only fields that may be 0 (latencies: compiler/load/hardware.py) may be 0; nothing < 0;
     efficiencies lie in (0, 1]."""
-    from infest.compiler.load.fields import EFFICIENCIES, MAY_BE_ZERO
+    from infest.compiler.load.fields import MAY_BE_ZERO, SHARES
     from infest.compiler.load.hardware import in_range, sign_rule
     if in_range(name, value):
         return
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
-               "an efficiency is achievable / datasheet speed" if name in EFFICIENCIES
+               "an efficiency is achievable / datasheet speed" if name in SHARES
                else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
 
 

@@ -19,7 +19,8 @@ MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
                "capacity_bytes", "fits", "max_batch", "max_context")
 COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes",
              "host_bytes")
-STEP_KEYS = COST_KEYS + TERM_KEYS + ("roofline_s", "overlap_floor_s", "time_s", "tokens_per_s", "kernels",
+STEP_KEYS = COST_KEYS + TERM_KEYS + ("t_overhead_s", "roofline_s", "overlap_floor_s", "time_s",
+                                     "tokens_per_s", "kernels",
                                      "collectives", "weights_floor_s", "estimate_s",
                                      "tokens_per_s_estimate")
 OP_KEYS = ("count",) + COST_KEYS + ("kernels",) + TERM_KEYS + ("time_s",)
@@ -61,6 +62,9 @@ RESULT_KEYS: dict[str, KeyInfo] = {
     "total": KeyInfo("params", True),
     "active": KeyInfo("params", True),
     **{k: KeyInfo("GPUs", True) for k in PARALLEL_KEYS},
+    # the estimate's per-op pieces (compiler/core/estimate_rule.py PART_KEYS)
+    "gemm_rows": KeyInfo("rows"), "gemm_load": KeyInfo(""), "comm_latency_s": _SECONDS,
+    "ring_steps": KeyInfo("steps", True),
 }
 
 # What each key's value is, in words: the workbook's row labels (its JSON key stands beside
@@ -88,6 +92,11 @@ LABELS = {
     "t_launch_s": "launch time, kernels x launch overhead",
     "t_comm_s": "collective time",
     "t_host_s": "host-link time, offloaded experts fetched",
+    "t_overhead_s": "engine overhead per step (estimate only)",
+    "gemm_rows": "GEMM rows M (estimate: tiles pad them)",
+    "gemm_load": "busiest expert rank over the mean (estimate)",
+    "comm_latency_s": "collective's fixed latency (estimate)",
+    "ring_steps": "collective's ring steps (estimate)",
     "roofline_s": "step time, serial-kernel bound",
     "overlap_floor_s": "step time, overlap floor (hard bound)",
     "time_s": "step time with the launch floor",

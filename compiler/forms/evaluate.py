@@ -13,11 +13,12 @@ import sympy
 
 from infest.compiler.backend.codegen import numpy_source
 from infest.compiler.core.constraints import check_infos, constraints_source
-from infest.compiler.load.fields import EFFICIENCIES, HARDWARE_DEFAULTS
+from infest.compiler.load.fields import ESTIMATE_DEFAULTS, HARDWARE_DEFAULTS
 from infest.compiler.load.hardware import CompiledHardware, efficiencies
 from infest.compiler.core.dtypes import peak_chain
 from infest.compiler.core.keys import PROBE_KEYS
 from infest.compiler.core.keys import MEMORY_KEYS, OP_KEYS, STEP_KEYS
+from infest.compiler.core.estimate_rule import ALWAYS_INPUTS, PART_KEYS
 from infest.compiler.forms.model import Forms
 from infest.compiler.core.terms import BOUND_TERMS
 from infest.compiler.passes.offload import OFFLOAD_INPUTS, default_gpu_experts
@@ -28,7 +29,7 @@ from infest.compiler.core.symbols import BUILTINS, PARALLEL, sym
 
 def input_names(forms: Forms) -> list[str]:
     """Every symbol the forms use: builtins, parallel degrees, model params, hardware."""
-    free = {s.name for e in forms.all_exprs() for s in e.free_symbols}
+    free = {s.name for e in forms.all_exprs() for s in e.free_symbols} | set(ALWAYS_INPUTS)
     builtins = [b for b in BUILTINS if b != "T" or forms.phase == "decode"]  # prefill: T is N
     parallel = [p for p in PARALLEL if p in free]
     model = [p for p, v in forms.model.params.items()
@@ -84,7 +85,7 @@ def _check_names(forms: Forms, hw: CompiledHardware | None,
 
 
 def _known_values(forms: Forms, hw: CompiledHardware | None) -> dict[str, Fraction]:
-    known = {**DEFAULTS, **(efficiencies(hw.fields) if hw is not None else EFFICIENCIES)}
+    known = {**DEFAULTS, **(efficiencies(hw.fields) if hw is not None else ESTIMATE_DEFAULTS)}
     known.update({p.name: p.default for p in forms.model.params.values() if p.is_input})
     if hw is not None:  # peaks and measured ceilings a block leaves out: 0 (fields.py)
         known.update(HARDWARE_DEFAULTS)
@@ -146,5 +147,5 @@ def form_layout(forms: Forms) -> list[tuple[str, sympy.Expr]]:
     items += [(f"bound.{k}", forms.bound_terms[k]) for k in BOUND_TERMS]
     items += [(f"parallel.{k}", v) for k, v in forms.parallel.items()]
     for i, op in enumerate(forms.ops):
-        items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS]
+        items += [(f"ops.{i}.{k}", op[k]) for k in OP_KEYS + PART_KEYS]
     return items

@@ -18,6 +18,7 @@ from infest.compiler.core.keys import COST_KEYS, STEP_KEYS
 from infest.compiler.core.functions import Max, floor
 from infest.compiler.core.ops import L, touched_experts
 from infest.compiler.passes.collectives import Links, call_time
+from infest.compiler.forms.estimate import STEP_OVERHEAD, estimate_parts, op_estimate
 from infest.compiler.passes.offload import host_bytes, host_time, offload_constraints, resident_share
 from infest.compiler.passes.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse, split_at_collectives
 from infest.compiler.passes.parallel import Layout, shard
@@ -110,13 +111,8 @@ def _op_forms(op: OpNode, links: Links) -> dict[str, sympy.Expr]:
              "kernels": c.kernels}
     forms.update({t.key: TERM_FORMS[t.name](op, links) for t in TIME_TERMS})
     forms["time_s"] = Max(*(forms[k] for k in TERM_KEYS))
+    forms.update(estimate_parts(op, links))   # what the estimate reads besides the terms
     return forms
-
-
-def estimate(op: dict[str, sympy.Expr]) -> sympy.Expr:
-    """An op instance's estimate: its largest term at achievable ceilings (each term over
-    its efficiency, compiler/core/terms.py). Efficiencies are <= 1, so this is >= time_s."""
-    return Max(*(op[t.key] / sym(t.eff) if t.eff else op[t.key] for t in TIME_TERMS))
 
 
 def _total(ops: list[dict[str, sympy.Expr]], key: str) -> sympy.Expr:
@@ -135,7 +131,11 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
     # The throughput ceiling comes from the serial-kernel bound: time_s adds the launch
     # floor, an assumption about the engine that a fused, graph-captured engine can beat.
     step["tokens_per_s"] = B * T / step["roofline_s"]
-    step["estimate_s"] = sympy.Add(*(op["count"] * estimate(op) for op in ops))
+    # The estimate: each op by its kind (compiler/forms/estimate.py), plus the engine's
+    # per-step overhead, a term of the estimate only.
+    step["t_overhead_s"] = STEP_OVERHEAD
+    step["estimate_s"] = sympy.Add(*(op["count"] * op_estimate(node, op)
+                                     for op, node in zip(ops, model.ops))) + STEP_OVERHEAD
     step["tokens_per_s_estimate"] = B * T / step["estimate_s"]
     step["collectives"] = sympy.Add(*(op["count"] for op, node in zip(ops, model.ops)
                                       if node.comm is not None))

@@ -3,8 +3,10 @@ whether a hardware block may set it, whether it may be 0, and whether every ship
 hardware file carries it (the uniform catalogue).
 
 The hardware parser (compiler/load/hardware.py), the `--set` checks (backend/runner.py,
-exports/cli/common.py), the workbook's input rows (exports/workbook/xlsx.py), `infest
-list` and calibration's starting efficiencies all read this table. Adding a field is one
+exports/cli/common.py), engine profiles (compiler/load/engine_profiles.py), the
+workbook's input rows and Hardware sheet (exports/workbook/), `infest list` and
+calibration's parameters and their defaults (compiler/analyses/calibrate.py, fit.py) all
+read this table. Adding a field is one
 entry here (and its value in each shipped file, if `catalogue`).
 
 A compute peak of 0 means the GPU has no tensor-core math in that format: the forms then
@@ -22,7 +24,7 @@ from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
 # The base unit each dimension is stored in (what --json and the workbook's base column say).
 BASE_UNITS = {BYTES: "bytes", BANDWIDTH: "bytes/s", TIME: "s", FLOPS_RATE: "FLOP/s", COUNT: ""}
 ROLES = ("memory", "compute", "launch", "link", "network", "host", "measured", "efficiency",
-         "offload", "descriptive")
+         "estimate", "offload", "descriptive")
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,43 @@ FIELD_TABLE = (
     Field("eff_link", COUNT, "efficiency",
           "achievable share of link and network speed (estimate)", Fraction(4, 5),
           "assumption: NCCL ring bus bandwidth on NVLink", catalogue=False, unit_ratio=True),
+    # The estimate's own parameters (compiler/forms/estimate.py): like the efficiencies, a
+    # hardware block, an engine profile (specs/engines/*.json) or --set gives them; they
+    # enter the estimate only, never a bound. Defaults fitted to aiconfigurator 0.12.0's
+    # kernel tables (aiconfigurator-core 0.12.0, TensorRT-LLM 1.3.0rc20 database, H100 and
+    # H200 SXM; bench/kernel_fit.py writes the numbers and their residuals) unless said.
+    Field("eff_attn", COUNT, "estimate",
+          "achievable share of peak FLOP/s of attention kernels (FlashAttention class)",
+          Fraction(12, 25), "aiconfigurator 0.12.0 context attention, 32/8 heads d128 bf16: "
+          "median 48% (41-55%) of 989 TFLOP/s at 4k-16k tokens, H100 and H200 "
+          "(bench/kernel_fit.py)", catalogue=False, unit_ratio=True),
+    Field("kernel_latency", TIME, "estimate",
+          "fixed time each kernel adds in the estimate (launch, ramp-up, tail)",
+          Fraction(43, 10_000_000), "aiconfigurator 0.12.0 bf16 GEMMs at M <= 128 on "
+          "H100/H200: 4.3 us + weight bytes / (0.82 x HBM bandwidth), worst residual 14% "
+          "(bench/kernel_fit.py)", zero=True, catalogue=False),
+    Field("coll_step_latency", TIME, "estimate",
+          "latency of each ring step of a collective (all-reduce: 2(n-1) steps)",
+          Fraction(86, 100_000_000), "aiconfigurator 0.12.0 NCCL all-reduce <= 64 KiB on "
+          "H100/H200 at 2, 4, 8 GPUs: 5.0 us + 0.86 us x 2(n-1), worst residual 16% "
+          "(bench/kernel_fit.py)", zero=True, catalogue=False),
+    Field("gemm_tile_m", COUNT, "estimate",
+          "GEMM tile rows: M rows pad up to a whole number of tiles (decode's M = batch)",
+          Fraction(64), "Hopper wgmma: 64 rows per warpgroup MMA, the smallest tile CUTLASS "
+          "and cuBLAS use", catalogue=False),
+    Field("moe_skew", COUNT, "estimate",
+          "routing skew: scales the busiest expert-parallel rank's excess load over the "
+          "mean (1: uniform routing; 0: perfectly balanced)", Fraction(1),
+          "busiest of E binomial loads ~ mean + sqrt(2 mean ln E) (uniform routing)",
+          zero=True, catalogue=False),
+    Field("step_overhead", TIME, "estimate",
+          "per-step engine overhead: scheduling, sampling, host work (step.t_overhead_s)",
+          Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
+          zero=True, catalogue=False),
+    Field("request_overhead", TIME, "estimate",
+          "per-request overhead added to TTFT (tokenising, admission, first stream)",
+          Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
+          zero=True, catalogue=False),
     # Describe a Grace CPU beside the GPU (GH200); no form uses them, so other GPUs leave
     # them out rather than carry an invented figure.
     Field("host_mem_bw", BANDWIDTH, "descriptive", "host (CPU) memory bandwidth",
@@ -122,6 +161,11 @@ if len(FIELDS) != len(FIELD_TABLE) or any(f.role not in ROLES for f in FIELD_TAB
 HARDWARE_FIELDS = tuple(f.name for f in FIELD_TABLE if f.hardware)
 CATALOGUE = tuple(f.name for f in FIELD_TABLE if f.catalogue)
 EFFICIENCIES = {f.name: f.default for f in FIELD_TABLE if f.role == "efficiency"}
+# Every parameter of the estimate and its default: the efficiencies, then the estimate's
+# own (what a hardware, an engine profile or --set may give; calibration fits them).
+ESTIMATE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE if f.role in ("efficiency", "estimate")}
+# Ratios in (0, 1]: the efficiencies and eff_attn.
+SHARES = frozenset(f.name for f in FIELD_TABLE if f.unit_ratio)
 # efficiency -> (measured ceiling, datasheet ceiling): measured / datasheet when measured.
 MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),
             "eff_flops": ("flops_bf16_measured", "flops_bf16")}
@@ -129,4 +173,5 @@ MAY_BE_ZERO = frozenset(f.name for f in FIELD_TABLE if f.zero)
 REQUIRED = ("mem_capacity", "mem_bw", "launch_overhead")  # every hardware block, shipped or not
 # Defaults a hardware block inherits when it leaves a field out (peaks it lacks are 0).
 HARDWARE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE
-                     if f.hardware and f.default is not None and f.role != "efficiency"}
+                     if f.hardware and f.default is not None
+                     and f.role not in ("efficiency", "estimate")}

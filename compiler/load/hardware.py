@@ -6,8 +6,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
 from infest.compiler.core.keys import BUILTINS, PARALLEL
-from infest.compiler.load.fields import (EFFICIENCIES, FIELD_TABLE, FIELDS, HARDWARE_FIELDS,
-                                         MAY_BE_ZERO, MEASURED, REQUIRED)
+from infest.compiler.load.fields import (ESTIMATE_DEFAULTS, FIELD_TABLE, FIELDS, HARDWARE_FIELDS,
+                                         MAY_BE_ZERO, MEASURED, REQUIRED, SHARES)
 from infest.dsl.errors import Collector, Span, SpecError, did_you_mean, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
 
@@ -42,14 +42,14 @@ class CompiledHardware:
 
 
 def efficiencies(fields: Mapping[str, HwValue]) -> dict[str, Fraction]:
-    """A hardware's efficiencies: its eff_* fields, else measured / datasheet ceilings
-    where it carries both and the measured one is not blank (0), else the documented
-    defaults (EFFICIENCIES)."""
-    out = dict(EFFICIENCIES)
+    """A hardware's efficiencies and the estimate's other parameters: its own fields, else
+    measured / datasheet ceilings where it carries both and the measured one is not blank
+    (0), else the documented defaults (compiler/load/fields.py ESTIMATE_DEFAULTS)."""
+    out = dict(ESTIMATE_DEFAULTS)
     for eff, (measured, peak) in MEASURED.items():
         if measured in fields and peak in fields and fields[measured].value > 0:
             out[eff] = min(Fraction(1), fields[measured].value / fields[peak].value)
-    out.update({k: fields[k].value for k in EFFICIENCIES if k in fields})
+    out.update({k: fields[k].value for k in out if k in fields})
     return out
 
 
@@ -72,14 +72,14 @@ def field_doc(name: str) -> tuple[str, str]:
 
 def sign_rule(name: str) -> str:
     """What a field's value must be, for messages: "positive", "0 or more" or "in (0, 1]"."""
-    if name in EFFICIENCIES:
+    if name in SHARES:
         return "in (0, 1]"
     return "0 or more" if may_be_zero(name) else "positive"
 
 
 def in_range(name: str, value: Fraction) -> bool:
     """Whether a hardware field (or a --set of it) may take this value."""
-    if name in EFFICIENCIES:
+    if name in SHARES:
         return 0 < value <= 1
     return value > 0 or (value == 0 and may_be_zero(name))
 
@@ -131,5 +131,5 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
     if not in_range(f.name, f.value.value):
         raise fail(f.value.span, f"'{f.name}' must be {sign_rule(f.name)}",
                    "an efficiency is achievable / datasheet speed, e.g. eff_mem = 0.85"
-                   if f.name in EFFICIENCIES else None)
+                   if f.name in SHARES else None)
     return HwValue(f.value.value, got or want, f.span)

@@ -9,6 +9,16 @@ reduce-scatter and all-to-all, 1 for a point-to-point send/recv. bw and latency 
 one GPU's one-direction link inside a node (`link_bw`, `link_latency`) when the group
 fits in `gpus_per_node`, else the network between nodes (`net_bw`, `net_latency`).
 On one GPU (n = 1) a collective does nothing: its call count (`several`) is 0 there.
+
+An all-to-all that carries k routed copies of each token (an MoE dispatch or combine)
+past one node sends each token over the network once per node it reaches, not once per
+copy: an engine that forwards inside the node over the link (DeepEP's normal kernels)
+does so, and the bound assumes the best algorithm. With M = n / gpus_per_node nodes and
+k uniform choices, a token reaches on average (M - 1)(1 - (1 - 1/M)^k) other nodes
+(the expected distinct bins of k draws, less its own): the network carries that many
+copies of each token in place of (n - 1)/n x k; the forwarding inside the node (the
+usual (n - 1)/n share of the payload over the link) overlaps it, so the call takes the
+longer of the two.
 """
 from __future__ import annotations
 
@@ -16,7 +26,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from infest.compiler.core.functions import Min
+from infest.compiler.core.functions import Max, Min
 from infest.compiler.core.symbols import sym
 
 LINK_FIELDS = ("link_bw", "link_latency", "gpus_per_node")
@@ -43,6 +53,7 @@ class Collective:
 
     kind: str
     gpus: sympy.Expr
+    copies: sympy.Expr = sympy.Integer(1)   # routed copies of each token in the payload
 
 
 def several(n: sympy.Expr) -> sympy.Expr:
@@ -59,6 +70,15 @@ class Links:
     host: bool = True   # host_bw: a host-memory tier for expert offload (compiler/passes/offload.py)
 
 
+def _network_share(c: Collective, f: sympy.Expr) -> sympy.Expr:
+    """Of a call's payload, the share that crosses the network: f, or for k routed copies
+    per token, the expected distinct other nodes a token reaches over k."""
+    if c.copies == 1:
+        return f
+    nodes = c.gpus / sym("gpus_per_node")
+    return (nodes - 1) * (1 - (1 - 1 / nodes) ** c.copies) / c.copies
+
+
 def call_time(c: Collective, payload: sympy.Expr, links: Links) -> sympy.Expr:
     """Seconds of one call of `payload` bytes."""
     f = FACTORS[c.kind](c.gpus)
@@ -67,6 +87,8 @@ def call_time(c: Collective, payload: sympy.Expr, links: Links) -> sympy.Expr:
     inside = sym("link_latency") + f * payload / sym("link_bw")
     if not links.net:
         return inside
-    between = sym("net_latency") + f * payload / sym("net_bw")
+    between = sym("net_latency") + _network_share(c, f) * payload / sym("net_bw")
+    if c.copies != 1:  # deduplicated per node, forwarded inside it: the longer leg
+        between = Max(between, inside)
     fits = sympy.Le(c.gpus, sym("gpus_per_node"), evaluate=False)  # proving it costs ~1 ms
     return sympy.Piecewise((inside, fits), (between, True))

@@ -19,7 +19,7 @@ member after it starts a kernel of its own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
@@ -42,6 +42,7 @@ class Engine:
     fused: bool
     launch_overhead: Fraction | None   # seconds per kernel; None keeps the hardware's
     doc: str
+    fields: Mapping[str, Fraction] = field(default_factory=dict)  # estimate parameters
 
 
 ENGINES = {
@@ -55,6 +56,16 @@ ENGINES = {
                      "1.5 us per kernel"),
 }
 DEFAULT_ENGINE = "eager"
+
+
+def _shipped_profiles() -> dict[str, Engine]:
+    """The engines shipped as data (specs/engines/*.json: vllm, sglang, trtllm, ...)."""
+    from infest.compiler.load.engine_profiles import load_profiles
+    return {p.name: Engine(p.name, p.fused, p.launch_overhead, p.doc, dict(p.fields))
+            for p in load_profiles().values()}
+
+
+ENGINES.update(_shipped_profiles())
 
 
 @dataclass(frozen=True)
@@ -76,11 +87,17 @@ def resolve_engine(name: str | None) -> Engine:
 
 
 def engine_hardware(hardware: "CompiledHardware | None", engine: Engine) -> "CompiledHardware | None":
-    """The hardware with the engine's per-kernel floor as its launch_overhead default."""
-    if hardware is None or engine.launch_overhead is None:
+    """The hardware with the engine's per-kernel floor as its launch_overhead, and the
+    engine's estimate parameters where the hardware file does not set its own."""
+    if hardware is None or (engine.launch_overhead is None and not engine.fields):
         return hardware
-    old = hardware.fields["launch_overhead"]
-    fields = {**hardware.fields, "launch_overhead": replace(old, value=engine.launch_overhead)}
+    from infest.compiler.load.hardware import HwValue, expected_dimension
+    fields = dict(hardware.fields)
+    if engine.launch_overhead is not None:
+        fields["launch_overhead"] = replace(fields["launch_overhead"], value=engine.launch_overhead)
+    for name, value in engine.fields.items():
+        if name not in hardware.fields:
+            fields[name] = HwValue(value, expected_dimension(name), hardware.span)
     return replace(hardware, fields=fields)
 
 

@@ -158,9 +158,10 @@ def _whole(producer: str, place: Place, w: _Walk) -> Place:
 
 
 def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: sympy.Expr,
-                name: str, count: sympy.Expr | None = None) -> None:
+                name: str, count: sympy.Expr | None = None, copies: sympy.Expr = ONE) -> None:
     """Append a collective op after `src`: `elements` values of the residual dtype
-    (all-reduce) or the activation dtype (everything else) per call."""
+    (all-reduce) or the activation dtype (everything else) per call; `copies`: of how
+    many routed copies of each token the payload is made (a dispatch's top_k)."""
     dtype = src.dtypes.residual if kind == "all_reduce" else src.dtypes.act
     # A held op (weights stored, not run) moves nothing: its collectives are never
     # called (no bytes, no latency, not counted).
@@ -170,7 +171,7 @@ def _collective(w: _Walk, src: "OpNode", kind: str, gpus: sympy.Expr, elements: 
     w.ops.append(replace(src, name=name, kind=kind, count=calls, cost=cost, params=sympy.S.Zero,
                          params_active=sympy.S.Zero, param_bytes=None, kv_cache=sympy.S.Zero,
                          kv_per_token=sympy.S.Zero, inputs=(w.alias.get(src.name, src.name),),
-                         args={}, experts=None, comm=Collective(kind, gpus)))
+                         args={}, experts=None, comm=Collective(kind, gpus, copies)))
     _need_links(w, kind, gpus, name)
 
 
@@ -331,7 +332,7 @@ def _dispatch(src: "OpNode", w: _Walk, g, batch, top_k, what: str) -> None:
     width = src.width if what == "combine" else src.args.get("d_in", src.width)
     tokens = batch * T / g
     _collective(w, src, "all_to_all", g, tokens * top_k * width, f"{src.name}.{what}",
-                count=src.count * several(EP))
+                count=src.count * several(EP), copies=top_k)
 
 
 def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:

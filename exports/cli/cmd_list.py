@@ -1,5 +1,6 @@
 """`infest list`: the shipped models (titles), the hardware (memory, bandwidth and dense
-peak math) and the op vocabulary."""
+peak math), the engine profiles, the estimate's parameters (from the one field table,
+compiler/load/fields.py) and the op vocabulary."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     _print_hardware()
     print()
+    _print_engines()
+    print()
+    _print_estimate_fields()
+    print()
     _print_ops()
     return 0
 
@@ -49,6 +54,26 @@ def _print_hardware() -> None:
                "link_bw", "gpus/node"]
     print("hardware (dense peaks; '-': no such math, peak 0: its ops fall back to a wider format):")
     print(table(headers, rows, right=set(range(2, len(headers)))))
+
+
+def _print_engines() -> None:
+    """Every engine profile `--engine` takes (built in and shipped as data)."""
+    from infest.compiler.passes.engine import ENGINES
+    from infest.dsl.human import table
+    rows = [[name, ", ".join(sorted(e.fields)) or "-", e.doc] for name, e in ENGINES.items()]
+    print("engines (--engine; shipped profiles: specs/engines/*.json):")
+    print(table(["name", "sets", "what"], rows, right=set()))
+
+
+def _print_estimate_fields() -> None:
+    """The estimate's parameters: default (base unit) and where the default comes from."""
+    from infest.compiler.load.fields import ESTIMATE_DEFAULTS, FIELDS
+    from infest.dsl.human import table
+    rows = [[name, f"{float(value):g} {FIELDS[name].unit}".strip(), FIELDS[name].doc,
+             FIELDS[name].source] for name, value in ESTIMATE_DEFAULTS.items()]
+    print("estimate parameters (estimate only, never a bound; a hardware block, the engine "
+          "profile or --set gives them):")
+    print(table(["name", "default", "what", "default's source"], rows, right=set()))
 
 
 def _print_ops() -> None:

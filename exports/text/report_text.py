@@ -90,9 +90,14 @@ def _offload_rows(result: dict) -> list[list[str]]:
 
 
 def _efficiencies(inputs: dict) -> str:
-    """`eff_mem 0.8, eff_flops 0.7, eff_link 0.8` (only those the forms use)."""
-    used = [f"{k} {inputs[k]:g}" for k in ("eff_mem", "eff_flops", "eff_link") if k in inputs]
-    return ", ".join(used) + " of datasheet; launch floor as above"
+    """`eff_mem 0.8, eff_flops 0.7, eff_attn 0.48, eff_link 0.8 of datasheet; 4.3 us per
+    kernel, ...` (the estimate's parameters, compiler/core/estimate_rule.py)."""
+    shares = [f"{k} {inputs[k]:g}" for k in ("eff_mem", "eff_flops", "eff_attn", "eff_link")
+              if k in inputs]
+    fixed = [f"{duration(inputs[k])} {what}" for k, what in
+             (("kernel_latency", "per kernel"), ("coll_step_latency", "per ring step"),
+              ("step_overhead", "per step")) if k in inputs]
+    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed)
 
 
 def _per_gpu_rows(result: dict) -> list[list[str]]:

@@ -20,8 +20,10 @@ MODEL = {
                   "requests' decode tokens plus prompt chunks up to the token budget; "
                   "TTFT = wait for budget + own chunk steps, TPOT includes the chunk steps",
 }
-NOTE = ("estimate = steps at achievable ceilings (datasheet x eff_mem, eff_flops, eff_link) "
-        "with the launch floor (kernels x launch_overhead: an assumption about the engine); "
+NOTE = ("estimate = each op by its kind (achievable shares eff_mem, eff_flops, eff_attn, "
+        "eff_link of the datasheet; kernel and ring-step latency; GEMM tiles; the busiest "
+        "expert rank) plus the engine's per-step overhead, and its per-request overhead in "
+        "TTFT (the engine profile's or the defaults: `infest list`); "
         "bound = roofline (datasheet peaks, kernels one after another): no "
         "kernel-by-kernel engine beats it under this scheduling model")
 

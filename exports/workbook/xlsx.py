@@ -32,10 +32,11 @@ from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, PARAM_DOC, s
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
                                           KEY_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, set_formula, unit_of)
-from infest.exports.workbook.points import effs, estimate_text
+from infest.exports.workbook.points import OpKind, estimate_text
 from infest.exports.workbook.xlsx_names import Namer
 from infest.exports.workbook.xlsx_hardware import Picker, hardware_sheet, own_name
-from infest.compiler.forms.model import estimate
+from infest.compiler.core.estimate_rule import PART_KEYS
+from infest.compiler.forms.estimate import op_estimate
 
 from infest.exports.workbook.validation import cell_rule, rules_by_cell
 from infest.exports.workbook.xlsx_memory import groups_of, summary_sums, summary_table
@@ -326,7 +327,8 @@ def _style_header(ws, widths: list[int], right: tuple[int, ...] = ()) -> None:
 
 # ---- Ops ------------------------------------------------------------------------
 
-OP_COLUMNS = list(OP_KEYS[:-1])  # per-instance forms; time_s is derived on the sheet
+# Per-instance forms, then the estimate's other pieces; time_s is derived on the sheet.
+OP_COLUMNS = list(OP_KEYS[:-1]) + list(PART_KEYS)
 OP_DERIVED = ["time_s", "roofline_s", "estimate_s", "intensity FLOP/byte", "time x count", "bound"]
 _FIRST_COL = 4  # after op, kind, group
 
@@ -346,9 +348,10 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
         ws.cell(row, 1, node.name)
         ws.cell(row, 2, node.kind)
         ws.cell(row, 3, node.group)
+        spare = _row_parts(b, ws, row, _FIRST_COL + len(keys) + 1)
         for col, key in enumerate(OP_COLUMNS, start=_FIRST_COL):
-            set_formula(ws.cell(row, col), b.formula(forms[key]), forms[key])
-        _op_derived(ws, row, effs(b.names))
+            set_formula(ws.cell(row, col), b.formula(forms[key], allocate=spare), forms[key])
+        _op_derived(ws, row, OpKind.of(node, forms), b.names)
         for col, key in enumerate(keys, start=_FIRST_COL):
             ws.cell(row, col).number_format = _op_format(key)
     names = [len(n.name) for n in b.analysis.model.ops] + [4]
@@ -357,6 +360,22 @@ def _ops_sheet(b: Builder) -> tuple[int, int]:
         ws.cell(1, col).alignment = Alignment(horizontal="right", vertical="bottom", wrap_text=True)
     ws.row_dimensions[1].height = 30
     return 2, 1 + len(b.analysis.model.ops)
+
+
+def _row_parts(b: Builder, ws, row: int, first: int) -> Callable[[sympy.Basic], str]:
+    """An allocator for an op form too long for one formula: its parts go to this row's
+    cells from column `first` on (the op's own B, N, ... as every cell of the row), not
+    to the shared Helpers sheet."""
+    hoisted: dict[sympy.Basic, str] = {}
+
+    def allocate(sub: sympy.Basic) -> str:
+        if sub not in hoisted:
+            col = first + len(hoisted)
+            hoisted[sub] = f"${get_column_letter(col)}${row}"
+            ws.cell(1, col, "part of a longer formula")
+            set_formula(ws.cell(row, col), b.formula(sub, allocate=allocate), sub)
+        return hoisted[sub]
+    return allocate
 
 
 def _op_unit(key: str) -> str:
@@ -375,20 +394,22 @@ def _op_header(key: str) -> str:
 def _op_format(key: str) -> str:
     """Engineering notation (exponents in steps of 3: 1.23E+9 bytes = 1.23 GB) for
     sizes and times, whole counts, one decimal for intensity."""
-    if key in ("count", "kernels"):
+    if key in ("count", "kernels", "ring_steps"):
         return "#,##0"
+    if key == "gemm_load":
+        return "0.000"
     if key == "intensity FLOP/byte":
         return "#,##0.0"
     return "General" if key == "bound" else "##0.00E+0"
 
 
-def _op_derived(ws, row: int, eff: Mapping[str, str]) -> None:
+def _op_derived(ws, row: int, op: OpKind, names: Mapping[sympy.Symbol, str]) -> None:
     """time, roofline, estimate, intensity, time x count and bound from the row's own cells."""
     c = {key: f"{letter}{row}" for key, letter in _op_letters().items()}
     terms = ",".join(c[k] for k in TERM_KEYS)
     hard = ",".join(c[k] for k in HARD_KEYS)
     derived = [f"=MAX({terms})", f"=MAX({hard})",
-               "=" + estimate_text({k: c[k] for k in TERM_KEYS}, eff),
+               "=" + estimate_text(c, op, names),
                f'=IF({c["bytes"]}>0,{c["flops"]}/{c["bytes"]},"")',
                f"={c['time_s']}*{c['count']}", _op_bound_formula(c)]
     start = _FIRST_COL + len(OP_COLUMNS)
@@ -508,7 +529,8 @@ def _beyond_ops(b: Builder, key: str) -> str:
     if key != "estimate_s":
         return ""
     forms = b.analysis.forms
-    rest = forms.step[key] - sympy.Add(*(op["count"] * estimate(op) for op in forms.ops))
+    rest = forms.step[key] - sympy.Add(*(op["count"] * op_estimate(node, op)
+                                         for op, node in zip(forms.ops, forms.model.ops)))
     return "" if rest == 0 else "+" + b.formula(rest)[1:]
 
 
@@ -537,7 +559,9 @@ BOUND_NOTES = {"roofline_s": "serial-kernel bound: peaks, kernels one after anot
                "tokens_per_s": "serial-kernel bound: B*T / roofline_s",
                "time_s": "with the launch floor: assumes launch_overhead per kernel",
                "t_launch_s": "assumption about the engine, not part of the hard bound",
-               "estimate_s": "estimate: achievable ceilings (eff_*) and the launch floor",
+               "t_overhead_s": "estimate only: the engine's per-step overhead (step_overhead)",
+               "estimate_s": "estimate: each op by its kind (eff_*, kernel and ring-step "
+                             "latency, GEMM tiles, busiest expert rank) plus t_overhead_s",
                "tokens_per_s_estimate": "estimate: B*T / estimate_s"}
 
 

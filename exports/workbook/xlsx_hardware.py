@@ -1,12 +1,16 @@
 """The workbook's Hardware sheet and GPU picker.
 
 A row per hardware field of the one field table (compiler/load/fields.py: the uniform
-catalogue's fields, then the efficiencies), a column per shipped GPU, then the `--hw` file
-when it is not shipped, then `custom` (blue cells a planner types, starting from the
-workbook's hardware). Values are in the human unit the Inputs sheet uses (TB/s, GB, us,
-TFLOP/s). An efficiency a file does not give is a formula of its column, as the loader
-derives it (compiler/load/hardware.py `efficiencies`): measured / datasheet where the
-measured ceiling is non-zero, else the documented default.
+catalogue's fields, then the estimate's parameters: the efficiencies and role
+"estimate"), a column per shipped GPU, then the `--hw` file when it is not shipped, then
+`custom` (blue cells a planner types, starting from the workbook's hardware). Each
+column is its GPU under the workbook's engine profile, as the loader gives it
+(compiler/passes/engine.py `engine_hardware`: the engine's launch floor and the estimate
+parameters the file leaves out). Values are in the human unit the Inputs sheet uses
+(TB/s, GB, us, TFLOP/s). An efficiency neither gives is a formula of its column, as the
+loader derives it (compiler/load/hardware.py `efficiencies`): measured / datasheet where
+the measured ceiling is non-zero, else the documented default; another estimate
+parameter neither gives is its documented default.
 
 `in_hw` (on the Inputs sheet) holds one of the column names, validated against them; the
 "selected" column looks each field up in that column, and each hardware `in_<field>` on
@@ -22,12 +26,13 @@ from typing import TYPE_CHECKING
 
 from openpyxl.utils import get_column_letter
 
-from infest.compiler.load.fields import CATALOGUE, EFFICIENCIES, FIELDS, MEASURED
+from infest.compiler.load.fields import CATALOGUE, EFFICIENCIES, ESTIMATE_DEFAULTS, FIELDS, MEASURED
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL,
                                           INPUT_FONT, Builder)
 
 if TYPE_CHECKING:
     from infest.compiler.load.hardware import CompiledHardware
+    from infest.compiler.passes.engine import Engine
 
 SHEET = "Hardware"
 CUSTOM = "custom"
@@ -49,13 +54,13 @@ class Picker:
 
 def own_name(b: Builder) -> str:
     """The workbook's hardware as the picker names it."""
-    return next(n for n, hw in catalogue(b.analysis.hardware).items()
+    return next(n for n, hw in catalogue(b.analysis.hardware, b.analysis.forms.engine).items()
                 if hw is b.analysis.hardware or n == b.analysis.hardware.name)
 
 
 def fields() -> list[str]:
-    """The sheet's rows: every catalogue field, then the efficiencies."""
-    return list(CATALOGUE) + list(EFFICIENCIES)
+    """The sheet's rows: every catalogue field, then the estimate's parameters."""
+    return list(CATALOGUE) + [k for k in ESTIMATE_DEFAULTS if k not in CATALOGUE]
 
 
 def human(field: str) -> tuple[Fraction, str]:
@@ -64,12 +69,14 @@ def human(field: str) -> tuple[Fraction, str]:
     return HUMAN.get(unit, (Fraction(1), unit or ""))
 
 
-def catalogue(current: "CompiledHardware") -> dict[str, "CompiledHardware"]:
-    """Shipped hardware by name, then the workbook's own when it is not the shipped file."""
+def catalogue(current: "CompiledHardware", engine: "Engine") -> dict[str, "CompiledHardware"]:
+    """Shipped hardware by name under the engine profile, then the workbook's own (already
+    under it) when it is not the shipped file."""
     from infest.compiler.api import load_hardware
     from infest.compiler.load.loader import shipped
+    from infest.compiler.passes.engine import engine_hardware
     files = shipped("hardware")
-    out = {name: load_hardware(name) for name in files}
+    out = {name: engine_hardware(load_hardware(name), engine) for name in files}
     own = files.get(current.name)
     if own is None or own.resolve() != Path(current.file).resolve():
         out[current.name if own is None else f"{current.name} (--hw)"] = current
@@ -81,7 +88,7 @@ def hardware_sheet(b: Builder) -> Picker:
     ws = b.wb.create_sheet(SHEET, index=b.wb.sheetnames.index("Inputs") + 1)
     ws.cell(1, 1, "Hardware catalogue: pick a column by its name in Inputs!in_hw; type a "
                   "GPU of your own into the blue 'custom' column.").font = HEADER_FONT
-    entries = catalogue(b.analysis.hardware)
+    entries = catalogue(b.analysis.hardware, b.analysis.forms.engine)
     columns = list(entries) + [CUSTOM]
     last = get_column_letter(FIRST_COL + len(columns) - 1)
     for col, title in enumerate(["field", "unit", "selected", *columns], start=1):

@@ -30,17 +30,18 @@ from openpyxl.formatting.rule import FormulaRule
 from openpyxl.utils import column_index_from_string, get_column_letter
 from openpyxl.worksheet.datavalidation import DataValidation
 
-from infest.compiler.analyses.continuous import CHUNK_POINTS, MIXED_RULES
+from infest.compiler.analyses.continuous import CHUNK_POINTS, ESTIMATE_RULES, MIXED_RULES
 from infest.compiler.analyses.serve import DEFAULT_CHUNK, METRIC_KEYS
 from infest.compiler.core.keys import PARALLEL, TRAINED_CONTEXT
 from infest.compiler.core.symbols import sym
 from infest.compiler.core.terms import TIME_TERMS
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           UNFIT_FILL, UNFIT_FONT, Builder, live_cell)
+from infest.compiler.forms.estimate import REQUEST_OVERHEAD
 from infest.exports.workbook.validation import cell_rule, rules_by_cell
 from infest.exports.workbook.xlsx_memory import plan_fits_rows, plan_group_table
-from infest.exports.workbook.points import (BOUND, ESTIMATE, Point, Table, bound_text, effs,
-                                            estimate_text, point_table)
+from infest.exports.workbook.points import (BOUND, ESTIMATE, OpKind, Point, Table,
+                                            bound_text, estimate_text, overhead_text, point_table)
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -254,10 +255,10 @@ def _steps_sheet(b: Builder, ws, decode: "Analysis", chunks: dict[str, str]) -> 
             ).font = HEADER_FONT
     names = _layout_names(b)
     ops = [node.name for node in decode.model.ops]
-    table = point_table(ws, 3, _points(chunks), decode.forms.ops, ops, names,
-                        totals=(BOUND, ESTIMATE))
+    kinds = [OpKind.of(node, forms) for node, forms in zip(decode.model.ops, decode.forms.ops)]
+    table = point_table(ws, 3, _points(chunks), kinds, ops, names, totals=(BOUND, ESTIMATE))
     top = table.last + 3
-    mixed = _mixed_table(ws, top, table, len(ops), names)
+    mixed = _mixed_table(ws, top, table, kinds, names)
     for j in range(CHUNK_POINTS):
         r = int(chunks["top"]) + j
         for key, col in ((ESTIMATE, chunks["est"]), (BOUND, chunks["roof"])):
@@ -268,9 +269,11 @@ def _steps_sheet(b: Builder, ws, decode: "Analysis", chunks: dict[str, str]) -> 
     b.define("plan_bound_pure_s", STEPS, f"{table.totals[BOUND]}{table.first + 1}")
 
 
-def _mixed_table(ws, top: int, parts: Table, n: int, names) -> Table:
+def _mixed_table(ws, top: int, parts: Table, kinds: list[OpKind], names) -> Table:
     """Rows j: each op's terms of the mixed step carrying the decode part and chunk j's
-    prompt part (MIXED_RULES), its bound and estimate; totals count x those."""
+    prompt part (MIXED_RULES), its bound and estimate (the estimate's other pieces by
+    ESTIMATE_RULES); totals count x those, the estimate's plus the per-step overhead."""
+    n = len(kinds)
     keys = [t.key for t in TIME_TERMS] + [BOUND, ESTIMATE]
     first_col = 4 + 2 + 1
     blocks = {k: (get_column_letter(first_col + i * n), get_column_letter(first_col + i * n + n - 1))
@@ -283,7 +286,6 @@ def _mixed_table(ws, top: int, parts: Table, n: int, names) -> Table:
         ws.cell(top, column_index_from_string(blocks[key][0]), f"mixed {key}").font = HEADER_FONT
     for key, letter in totals.items():
         ws.cell(top + 1, column_index_from_string(letter), f"mixed {key}").font = HEADER_FONT
-    eff = effs(names)
     mem_bw = names[sym("mem_bw")]
     decode_row, chunk0 = parts.first, parts.first + 2
     for j in range(CHUNK_POINTS):
@@ -297,9 +299,12 @@ def _mixed_table(ws, top: int, parts: Table, n: int, names) -> Table:
                 ws[ref] = "=" + _mixed_term(MIXED_RULES[t.name], parts, t.key, i, rows, mem_bw)
                 terms[t.key] = ref
             ws[table.cell(BOUND, i, row)] = "=" + bound_text(terms)
-            ws[table.cell(ESTIMATE, i, row)] = "=" + estimate_text(terms, eff)
+            pieces = {k: f"({_mixed_term(rule, parts, k, i, rows, mem_bw)})"
+                      for k, rule in ESTIMATE_RULES.items()}
+            ws[table.cell(ESTIMATE, i, row)] = "=" + estimate_text({**terms, **pieces}, kinds[i], names)
         for key, letter in totals.items():
-            ws[f"{letter}{row}"] = f"=SUMPRODUCT({parts.block('count', total)},{table.block(key, row)})"
+            ws[f"{letter}{row}"] = f"=SUMPRODUCT({parts.block('count', total)},{table.block(key, row)})" \
+                + (overhead_text(names) if key == ESTIMATE else "")
             ws[f"{letter}{row}"].number_format = "0.000E+00"
     return table
 
@@ -355,15 +360,17 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
         steps = f"${get_column_letter(col)}${top}:${get_column_letter(col)}${bottom}"
         rows += [(f"{p}mixed_s", f"=SUMPRODUCT({w},{steps})/SUM({w})", "s",
                   ("" if not p else "bound: ") + "mean mixed step", "over the counted chunks")]
-        rows += _serve_rows(p)
+        rows += _serve_rows(p, b.names[REQUEST_OVERHEAD])
     return rows + _demand_rows(b)
 
 
-def _serve_rows(p: str) -> list[tuple]:
-    """serve's METRIC_KEYS after gpus and fits, named plan_<p><key> (p: "" or "bound_")."""
+def _serve_rows(p: str, request: str) -> list[tuple]:
+    """serve's METRIC_KEYS after gpus and fits, named plan_<p><key> (p: "" or "bound_");
+    `request`: the per-request overhead's cell, which the estimate's TTFT adds once."""
     what = "bound: " if p else ""
     rows = {
-        "ttft_s": (f"=plan_ttft_steps*plan_{p}mixed_s", "s", "TTFT", "ttft_steps x mixed step"),
+        "ttft_s": (f"=plan_ttft_steps*plan_{p}mixed_s" + ("" if p else f"+{request}"), "s", "TTFT",
+                   "ttft_steps x mixed step" + ("" if p else " + request_overhead")),
         "tpot_s": (f"=(plan_mixed_steps*plan_{p}mixed_s+(plan_steps-plan_mixed_steps)"
                    f"*plan_{p}pure_s)/(plan_osl-1)", "s", "TPOT",
                    "(mixed steps x mixed + the rest x pure) / (OSL - 1)"),

@@ -16,7 +16,7 @@ from infest.compiler.core.symbols import sym
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           OOM_FILL, OOM_FONT, UNFIT_FILL, UNFIT_FONT, Builder,
                                           live_cell)
-from infest.exports.workbook.points import BOUND, Point, Table, point_table
+from infest.exports.workbook.points import BOUND, OpKind, Point, Table, point_table
 
 SWEEP_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEP_N = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
@@ -136,8 +136,8 @@ def _sweep_points(b: Builder, first: _Grid) -> Table:
                     f"=Sweep!${get_column_letter(j + 2)}${first.top + 1}")
               for i in range(len(SWEEP_B)) for j in range(len(SWEEP_N))]
     ops = [node.name for node in b.analysis.model.ops]
-    return point_table(ws, 3, points, b.analysis.forms.ops, ops, b.names,
-                       totals=(BOUND, "time_s"))
+    kinds = [OpKind.of(node, forms) for node, forms in zip(b.analysis.model.ops, b.analysis.forms.ops)]
+    return point_table(ws, 3, points, kinds, ops, b.names, totals=(BOUND, "time_s"))
 
 
 def _mark_unfit(ws, grid: _Grid, fits: _Grid, trained: str | None) -> None:

@@ -1,0 +1,189 @@
+"""One regularised fit of the estimate's parameters across GPUs and engines.
+
+Each parameter p of a row on GPU g under engine e is
+
+    p = exp(shared_p + gpu_p[g] + engine_p[e])      (an efficiency capped at 1)
+
+where `shared` holds the physics every row shares and the offsets hold what a GPU
+(eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem,
+kernel_latency, step_overhead, request_overhead) adds. The fit minimises, with
+`scipy.optimize.least_squares` inside bounds,
+
+    sum over rows ((ln estimate - ln measured) / NOISE_SD)^2
+      + sum over parameters (deviation / sd)^2
+
+with each shared parameter pulled toward its documented default (PRIOR) and each offset
+toward 0 (GPU_SD, ENGINE_SD): a GPU or engine with few rows stays near the shared
+values, and one never seen (held out) gets exactly them, i.e. its datasheet and the
+shared physics. A fit whose shared parameter ends at a bound, or whose efficiency
+exceeds 1 before the cap, leaves its physical range and is reported so (`violations`).
+Held-out errors (leave-one-out, leave-one-GPU-out, leave-one-engine-out) refit without
+the held rows, at most MAX_REFITS times.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from infest.compiler.analyses.calibrate import Prepared
+
+# (default centre, sd of ln(value)); the centres are the documented defaults
+# (compiler/load/fields.py), except the two overheads
+# whose default is 0 (off): their centres are assumptions, "tens of us to
+# milliseconds" per step and 10 ms per request, with a wide sd (a factor e^2 ~ 7.4).
+PRIOR = {"eff_mem": (0.8, 0.5), "eff_flops": (0.7, 0.5), "eff_attn": (0.48, 0.5),
+         "eff_link": (0.8, 0.5), "kernel_latency": (4.3e-6, 1.0),
+         "step_overhead": (1e-4, 2.0), "request_overhead": (1e-2, 2.0)}
+BOUNDS = {"eff_mem": (0.05, 1.0), "eff_flops": (0.05, 1.0), "eff_attn": (0.05, 1.0),
+          "eff_link": (0.05, 1.0), "kernel_latency": (1e-8, 1e-3),
+          "step_overhead": (1e-7, 1.0), "request_overhead": (1e-7, 10.0)}
+SHARES = ("eff_mem", "eff_flops", "eff_attn", "eff_link")
+PER_GPU = ("eff_mem", "eff_flops")
+PER_ENGINE = ("eff_mem", "kernel_latency", "step_overhead", "request_overhead")
+# How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
+# kernels reach their datasheet within ~30%; an engine's efficiency too (0.5); its fixed
+# costs are its own (a step costs tens of us to milliseconds by engine), sd 2.
+GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
+ENGINE_SD = {"eff_mem": 0.5, "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}
+# The spread of a measurement's ln(time) about the model (sd): public figures converted to
+# step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
+# residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.
+NOISE_SD = 0.1
+MAX_REFITS = 200               # held-out refits one call may run (each a least-squares fit)
+MAX_EVALUATIONS = 300          # residual evaluations one fit may spend (scipy max_nfev)
+
+
+@dataclass
+class Fit:
+    """Fitted shared values and offsets; `values` gives a row's parameters."""
+
+    shared: dict[str, float]
+    gpu: dict[str, dict[str, float]]
+    engine: dict[str, dict[str, float]]
+    cost: float
+
+    def values(self, gpu: str, engine: str) -> dict[str, float]:
+        """Parameters of a (GPU, engine) pair: unseen ones add no offset."""
+        out = {}
+        for name, value in self.shared.items():
+            log = math.log(value) + self.gpu.get(gpu, {}).get(name, 0.0) \
+                + self.engine.get(engine, {}).get(name, 0.0)
+            out[name] = min(1.0, math.exp(log)) if name in SHARES else math.exp(log)
+        return out
+
+
+def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], list[str], list[str]]:
+    """Every free coordinate: (param, None, 'shared') or (param, group, 'gpu'/'engine')."""
+    gpus = sorted({p.row.hardware for p in rows})
+    engines = sorted({engine_of(p) for p in rows})
+    coords = [(k, None, "shared") for k in PRIOR]
+    coords += [(k, g, "gpu") for g in gpus for k in PER_GPU]
+    coords += [(k, e, "engine") for e in engines for k in PER_ENGINE if _used(rows, e, k)]
+    return coords, gpus, engines
+
+
+def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
+    """request_overhead only moves TTFT rows: no offset for an engine without one."""
+    from infest.compiler.analyses.calibrate import quantity
+    return name != "request_overhead" or any(
+        engine_of(p) == engine and quantity(p.row) == "ttft_s" for p in rows)
+
+
+def engine_of(p: "Prepared") -> str:
+    """A row's engine profile name (empty: eager)."""
+    return p.row.engine or "eager"
+
+
+def _unpack(x: np.ndarray, coords) -> Fit:
+    shared = {k: math.exp(v) for (k, _, kind), v in zip(coords, x) if kind == "shared"}
+    gpu: dict[str, dict[str, float]] = {}
+    engine: dict[str, dict[str, float]] = {}
+    for (k, group, kind), v in zip(coords, x):
+        if kind != "shared":
+            (gpu if kind == "gpu" else engine).setdefault(group, {})[k] = float(v)
+    return Fit(shared, gpu, engine, 0.0)
+
+
+def _residuals(x: np.ndarray, coords, rows: list["Prepared"]) -> np.ndarray:
+    f = _unpack(x, coords)
+    data = [math.log(float(p.estimate(f.values(p.row.hardware, engine_of(p)))) / p.row.step_s)
+            / NOISE_SD for p in rows]
+    prior = [(v - math.log(PRIOR[k][0])) / PRIOR[k][1] if kind == "shared"
+             else v / (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
+             for (k, _, kind), v in zip(coords, x)]
+    return np.array(data + prior)
+
+
+def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
+    """The regularised least-squares fit over these rows (module docstring)."""
+    from scipy.optimize import least_squares
+    coords, _, _ = _layout(rows)
+    x0 = np.array([_start(start, c) for c in coords])
+    lo = np.array([math.log(BOUNDS[k][0]) if kind == "shared" else -np.inf for k, _, kind in coords])
+    hi = np.array([math.log(BOUNDS[k][1]) if kind == "shared" else np.inf for k, _, kind in coords])
+    result = least_squares(_residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
+                           args=(coords, rows), x_scale="jac", ftol=1e-10, xtol=1e-10,
+                           gtol=1e-10, max_nfev=MAX_EVALUATIONS)
+    out = _unpack(result.x, coords)
+    out.cost = float(result.cost)
+    return out
+
+
+def _start(start: Fit | None, coord) -> float:
+    k, group, kind = coord
+    if kind == "shared":
+        return math.log(start.shared[k] if start else PRIOR[k][0])
+    table = (start.gpu if kind == "gpu" else start.engine) if start else {}
+    return table.get(group, {}).get(k, 0.0)
+
+
+def violations(f: Fit, pairs: set[tuple[str, str]]) -> list[str]:
+    """Where a fit leaves the physical range: a shared value at its bound, or an
+    efficiency above 1 before the cap for a (GPU, engine) pair the rows hold."""
+    out = [f"{k} = {v:.4g} at its bound" for k, v in f.shared.items()
+           if min(abs(math.log(v / b)) for b in BOUNDS[k]) < 1e-6]
+    for (g, e), k in ((pair, k) for pair in sorted(pairs) for k in SHARES):
+        log = math.log(f.shared[k]) + f.gpu.get(g, {}).get(k, 0) + f.engine.get(e, {}).get(k, 0)
+        if log > 1e-9:
+            out.append(f"{k} on {g} under {e} = {math.exp(log):.3g} > 1")
+    return out
+
+
+def held_out(rows: list["Prepared"], key: Callable[["Prepared"], str], start: Fit) -> list[float]:
+    """Each row's relative error under a fit to the rows whose key differs from its own
+    (key = the row itself: leave-one-out; its GPU; its engine)."""
+    groups = sorted({key(p) for p in rows})
+    if len(groups) > MAX_REFITS:
+        raise ValueError(f"{len(groups)} held-out fits exceed MAX_REFITS = {MAX_REFITS}")
+    errors: dict[int, float] = {}
+    for g in groups:
+        train = [p for p in rows if key(p) != g]
+        if not train:
+            continue
+        f = fit_all(train, start)
+        for i, p in enumerate(rows):
+            if key(p) == g:
+                errors[i] = float(p.estimate(f.values(p.row.hardware, engine_of(p)))) / p.row.step_s - 1
+    return [errors.get(i, math.nan) for i in range(len(rows))]
+
+
+def pairs_of(rows: list["Prepared"]) -> set[tuple[str, str]]:
+    """The (GPU, engine) pairs the rows hold."""
+    return {(p.row.hardware, engine_of(p)) for p in rows}
+
+
+def row_errors(rows: list["Prepared"], f: Fit) -> list[float]:
+    """Relative error of each row under a fit."""
+    return [float(p.estimate(f.values(p.row.hardware, engine_of(p)))) / p.row.step_s - 1
+            for p in rows]
+
+
+HOLD_OUT: Mapping[str, Callable[["Prepared"], str]] = {
+    "leave-one-out": lambda p: f"{p.row.span.file}:{p.row.span.line}",
+    "leave-one-GPU-out": lambda p: p.row.hardware,
+    "leave-one-engine-out": engine_of,
+}

@@ -182,13 +182,7 @@ def plan(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mapping[st
     if demand.users is None:
         raise fail(None, "plan() sizes for --users; compiler/analyses/planner.py answers "
                    "--rps (plan_open.py) and --gpus (plan_gpus.py)")
-    for engine in engines.values():
-        check_context(engine.decode, demand.isl, demand.osl, overrides)
-    rows = [c for policy, grid, g in grids(engines, demand, overrides)
-            for c in candidates(policy, grid, g, demand)]
-    meeting = [c for c in rows if meets(c, demand)]
-    if not meeting:
-        raise no_answer(rows, demand)
+    meeting = meeting_candidates(engines, demand, overrides)
     meeting.sort(key=lambda c: (c["gpus"], -c["tokens_per_s_per_gpu"]))
     best = meeting[0]
     shown = [c for c in meeting if c["gpus"] <= max(demand.gpus_max or 0, LIST_FACTOR * best["gpus"])]
@@ -308,6 +302,20 @@ def describe(c: Mapping[str, Any]) -> str:
     return (f"tp={c['tp']} ep={c['ep']} pp={c['pp']} dp={c['dp']} policy {c['policy']}, "
             + (f"concurrency {c['concurrency_per_replica']} per replica"
                if "concurrency_per_replica" in c else f"batch {c['batch_per_replica']}"))
+
+
+def meeting_candidates(engines: Mapping[str, "Serving"], demand: Demand,
+                       overrides: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every candidate (policy x layout x concurrency) that meets the limits; an error
+    naming the binding limit when none does. Shared by the demand and budget searches."""
+    for engine in engines.values():
+        check_context(engine.decode, demand.isl, demand.osl, overrides)
+    rows = [c for policy, grid, g in grids(engines, demand, overrides)
+            for c in candidates(policy, grid, g, demand)]
+    meeting = [c for c in rows if meets(c, demand)]
+    if not meeting:
+        raise no_answer(rows, demand)
+    return meeting
 
 
 def check_demand(d: Demand, overrides: Mapping[str, Any]) -> None:

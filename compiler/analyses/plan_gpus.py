@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from infest.compiler.analyses.plan import (Demand, candidates, check_demand, dominated_by, grids,
-                                           meets, no_answer, pareto, request_of)
-from infest.compiler.analyses.serve import check_context
+from infest.compiler.analyses.plan import (Demand, check_demand, dominated_by, meeting_candidates,
+                                           pareto, request_of)
 
 if TYPE_CHECKING:
     from infest.compiler.analyses.serve import Serving
@@ -28,13 +27,7 @@ def plan_gpus(engines: Mapping[str, "Serving"], demand: Demand, overrides: Mappi
     """request, batching, candidates (one per layout, most total tokens/s first), best,
     pareto, best_dominated_by; an error naming the binding limit when none meets it."""
     check_demand(demand, overrides)
-    for engine in engines.values():
-        check_context(engine.decode, demand.isl, demand.osl, overrides)
-    rows = [c for policy, grid, g in grids(engines, demand, overrides)
-            for c in candidates(policy, grid, g, demand)]
-    meeting = [c for c in rows if meets(c, demand)]
-    if not meeting:
-        raise no_answer(rows, demand)
+    meeting = meeting_candidates(engines, demand, overrides)
     chosen = [on_budget(c, demand) for c in best_per_layout(meeting)]
     chosen.sort(key=lambda c: (-c["tokens_per_s"], c["gpus"]))
     best = chosen[0]

@@ -24,7 +24,7 @@ from openpyxl.utils import column_index_from_string, get_column_letter
 from infest.compiler.core.estimate_rule import PART_KEYS, Kind, op_estimate
 from infest.compiler.core.functions import Max
 from infest.compiler.core.symbols import sym
-from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
+from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS
 from infest.compiler.forms.estimate import PARAMS, STEP_OVERHEAD, SYMBOLIC
 from infest.exports.workbook.book import DERIVED_FONT, HEADER_FONT, READABLE_CHARS
 from infest.exports.workbook.excel_printer import excel_formula, excel_formula_split

@@ -108,22 +108,30 @@ def _layout(policy: str, row: np.ndarray) -> dict[str, Any]:
     return {**{k: int(v) for k, v in zip(PARALLEL, row)}, "policy": policy}
 
 
-def _decode_rows(evaluated, d: Demand) -> list[dict[str, Any]]:
-    out, seen = [], set()
+def _points(evaluated, ok: str, size: str):
+    """(policy, grid, g, pool, i, j) of every point that meets `ok`, once per layout i and
+    value of `size` (the concurrency or the batch: several grid columns can share one)."""
+    seen = set()
     for policy, grid, g, pool in evaluated:
-        for i, j in zip(*np.nonzero(g["ok"])):
-            c, tpot, n = float(g["C"][i, j]), float(g["tpot"][i, j]), int(g["layout_gpus"][i, j])
-            if (policy, i, c) in seen:
-                continue
-            seen.add((policy, i, c))
-            load = d.users if d.users is not None else (d.rps or 0.0) * (d.osl - 1) * tpot
-            replicas = pool_replicas(load, c) if d.gpus is None else 1
-            out.append({**_layout(policy, grid[i]), "concurrency_per_replica": int(c),
-                        "batch_per_replica": int(g["B"][i, j]), "replicas": replicas,
-                        "gpus": replicas * n, "tpot_s": tpot,
-                        "tokens_per_s_per_gpu": c / tpot / n, "tokens_per_s_per_user": 1 / tpot,
-                        "requests_per_s_per_replica": c / ((d.osl - 1) * tpot),
-                        "pool": _facts(pool, i, n)})
+        for i, j in zip(*np.nonzero(g[ok])):
+            key = (policy, i, float(g[size][i, j]))
+            if key not in seen:
+                seen.add(key)
+                yield policy, grid, g, pool, i, j
+
+
+def _decode_rows(evaluated, d: Demand) -> list[dict[str, Any]]:
+    out = []
+    for policy, grid, g, pool, i, j in _points(evaluated, "ok", "C"):
+        c, tpot, n = float(g["C"][i, j]), float(g["tpot"][i, j]), int(g["layout_gpus"][i, j])
+        load = d.users if d.users is not None else (d.rps or 0.0) * (d.osl - 1) * tpot
+        replicas = pool_replicas(load, c) if d.gpus is None else 1
+        out.append({**_layout(policy, grid[i]), "concurrency_per_replica": int(c),
+                    "batch_per_replica": int(g["B"][i, j]), "replicas": replicas,
+                    "gpus": replicas * n, "tpot_s": tpot,
+                    "tokens_per_s_per_gpu": c / tpot / n, "tokens_per_s_per_user": 1 / tpot,
+                    "requests_per_s_per_replica": c / ((d.osl - 1) * tpot),
+                    "pool": _facts(pool, i, n)})
     return out
 
 
@@ -133,22 +141,18 @@ def _facts(pool: Mapping[str, Any], i: int, gpus: int) -> Pool:
 
 def _prefill_rows(evaluated, d: Demand, decode: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The prefill pool's rows, TTFT = the prefill step + the move to `decode`'s layout."""
-    out, seen = [], set()
-    for policy, grid, g, pool in evaluated:
-        for i, j in zip(*np.nonzero(g["ok_prefill"])):
-            b, t_p, n = float(g["B"][i, j]), float(g["ttft"][i, j]), int(g["layout_gpus"][i, j])
-            if (policy, i, b) in seen:
-                continue
-            seen.add((policy, i, b))
-            move = _move(d, pool, _facts(pool, i, n), decode["pool"])
-            ttft = t_p + move["time_s"]
-            arrival = arrival_rate(d, ttft, decode["tpot_s"]) if d.gpus is None else None
-            replicas = pool_replicas(arrival, b / t_p) if d.gpus is None else 1
-            out.append({**_layout(policy, grid[i]), "batch_per_replica": int(b),
-                        "replicas": replicas, "gpus": replicas * n, "ttft_s": ttft,
-                        "prefill_s": t_p, "kv_transfer": move, "arrival_rps": arrival,
-                        "prompts_per_s_per_gpu": b / t_p / n,
-                        "prompts_per_s_per_replica": b / t_p})
+    out = []
+    for policy, grid, g, pool, i, j in _points(evaluated, "ok_prefill", "B"):
+        b, t_p, n = float(g["B"][i, j]), float(g["ttft"][i, j]), int(g["layout_gpus"][i, j])
+        move = _move(d, pool, _facts(pool, i, n), decode["pool"])
+        ttft = t_p + move["time_s"]
+        arrival = arrival_rate(d, ttft, decode["tpot_s"]) if d.gpus is None else None
+        replicas = pool_replicas(arrival, b / t_p) if d.gpus is None else 1
+        out.append({**_layout(policy, grid[i]), "batch_per_replica": int(b),
+                    "replicas": replicas, "gpus": replicas * n, "ttft_s": ttft,
+                    "prefill_s": t_p, "kv_transfer": move, "arrival_rps": arrival,
+                    "prompts_per_s_per_gpu": b / t_p / n,
+                    "prompts_per_s_per_replica": b / t_p})
     return out
 
 

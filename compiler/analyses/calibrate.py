@@ -15,6 +15,12 @@ MEASUREMENTS.csv has a header row and one row per measurement:
                every user decoding at B = concurrency, the decode step) or ttft_s (a
                prefill row: the prefill step plus the per-request overhead)
     measured   the measured quantity in seconds (empty: step_s)
+    isl, osl, concurrency   a serving run's request (optional): with all three, a tpot_s
+               or ttft_s row is costed as `infest serve` costs that request (continuous
+               batching, a closed loop of `concurrency` clients: other requests' prompts
+               ride the decode steps; compiler/analyses/served_rows.py); B and N then only
+               place the step whose floor and bound the row reports
+    chunk      that run's token budget per step (empty: serve's default, DEFAULT_CHUNK)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
 the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
@@ -37,6 +43,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from infest.compiler.analyses.served_rows import (SERVED_QUANTITIES, SERVING_COLUMNS, Served,
+                                                 served)
 from infest.compiler.core.estimate_rule import ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate
 from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TIME_TERMS
@@ -61,6 +69,7 @@ ESTIMATE_PARAMS = tuple(ESTIMATE_DEFAULTS)
 REQUIRED = ("spec", "hardware", "B", "N")
 QUANTITIES = {"step_s": None, "tpot_s": "decode", "ttft_s": "prefill"}  # and the phase each needs
 LAYOUT = PARALLEL
+STEP_POINT = ("B", "N", "T") + tuple(PARALLEL)   # what a row's step is evaluated at
 
 
 @dataclass(frozen=True)
@@ -91,12 +100,16 @@ class Prepared:
     bound_s: float
     floor_s: float
     inputs: dict[str, float]
+    served: Served | None = None     # a serving run's row: costed as serve costs it
 
     def estimate(self, params: Mapping[str, Any]) -> Any:
         """The row's estimate (compiler/core/estimate_rule.py) at these parameters
         (scalars or arrays that broadcast; others at the row's inputs), plus the per-step
-        overhead, plus the per-request overhead for a TTFT row."""
+        overhead, plus the per-request overhead for a TTFT row; a serving run's row: its
+        TPOT or TTFT through continuous batching (compiler/analyses/served_rows.py)."""
         v = {**self.inputs, **params}
+        if self.served is not None:
+            return self.served.estimate(v)
         col = {k: np.asarray(v[k], float)[..., None] for k in ESTIMATE_PARAMS}
         each = op_estimate(self.ops, col, self.kind, NUMERIC)
         step = np.sum(self.count * each, axis=-1)
@@ -165,6 +178,7 @@ def _row(record: Mapping[str, str | None], span: Span) -> Row:
         raise fail(span, "T is empty in prefill", "prefill processes T = N prompt tokens")
     step = _number(text, "measured" if text.get("measured") else "step_s", span)
     _check_quantity(text, phase, span)
+    point.update(_request(text, span))
     for name in ("spec", "hardware"):
         if not text.get(name):
             raise fail(span, f"the row has no {name}")
@@ -178,6 +192,25 @@ def _check_quantity(text: Mapping[str, str], phase: str, span: Span) -> None:
         raise fail(span, f"quantity {quantity!r}: use {', '.join(QUANTITIES)}")
     if QUANTITIES[quantity] not in (None, phase):
         raise fail(span, f"quantity {quantity} is measured on a {QUANTITIES[quantity]} row, not {phase}")
+
+
+def _request(text: Mapping[str, str], span: Span) -> dict[str, int]:
+    """A serving run's request (isl, osl, concurrency and the token budget chunk, empty:
+    serve's DEFAULT_CHUNK) when the row measures TPOT or TTFT and gives all three; else none."""
+    if (text.get("quantity") or "step_s") not in SERVED_QUANTITIES \
+            or not all(text.get(k) for k in SERVING_COLUMNS):
+        return {}
+    from infest.compiler.analyses.serve import DEFAULT_CHUNK
+    out = {k: _whole(text, k, span, None) for k in SERVING_COLUMNS}
+    out["chunk"] = _whole(text, "chunk", span, DEFAULT_CHUNK)
+    if out["osl"] < 2:
+        raise fail(span, f"osl {out['osl']}: TPOT needs at least 2 output tokens")
+    return out
+
+
+def request_of(row: Row) -> dict[str, int] | None:
+    """A serving row's request (isl, osl, concurrency, chunk), None for a step row."""
+    return {k: row.point[k] for k in (*SERVING_COLUMNS, "chunk")} if "isl" in row.point else None
 
 
 def quantity(row: Row) -> str:
@@ -216,14 +249,21 @@ def prepare(rows: list[Row], hw: str, base: Path) -> list[Prepared]:
     """Evaluate each row once on hardware `hw` (a name or path); `base`: the CSV's folder."""
     from infest.compiler.api import analyze
     cache: dict[tuple, Any] = {}
+
+    def runner(spec: Path, row: Row, phase: str):
+        key = (str(spec), phase, row.policy, row.engine)
+        if key not in cache:
+            cache[key] = analyze(spec, hw=hw, phase=phase, policy=row.policy,
+                                 engine=row.engine).runner
+        return cache[key]
     out = []
     for row in rows:
         spec = base / row.spec if (base / row.spec).exists() else Path(row.spec)
-        key = (str(spec), row.phase, row.policy, row.engine)
-        if key not in cache:
-            cache[key] = analyze(spec, hw=hw, phase=row.phase, policy=row.policy,
-                                 engine=row.engine).runner
-        out.append(_prepared(row, cache[key]))
+        prepared = _prepared(row, runner(spec, row, row.phase))
+        request = request_of(row)
+        if request is not None:
+            prepared.served = served(runner(spec, row, "decode"), row.point, request, quantity(row))
+        out.append(prepared)
     return out
 
 
@@ -231,7 +271,7 @@ def _prepared(row: Row, runner) -> Prepared:
     from infest.compiler.backend.finite import check_finite
     from infest.dsl.errors import SpecError
     try:
-        inputs = runner.inputs(row.point)
+        inputs = runner.inputs({k: v for k, v in row.point.items() if k in STEP_POINT})
         point = {i.name: float(i.value) for i in inputs}
         values = runner(point)
         check_finite(runner, values, point)

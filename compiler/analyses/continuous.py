@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -127,6 +127,25 @@ def point_forms(runner: "Runner", base: Mapping[str, Any]) -> Forms:
     return forms
 
 
+def step_parts(forms: Forms, c: Any, dp: Any, b: Budget, dec: Decoding,
+               sched: Mapping[str, np.ndarray]) -> tuple[list["_Part"], list[dict], np.ndarray]:
+    """The forms at every part of a step (the decode part of a mixed step, the pure decode
+    step, the prompt part, all the mixed step's tokens together), in one call, with the
+    parts' points and the chunk points' weights (compiler/analyses/calibrate.py costs the
+    same pieces at other parameters)."""
+    mean_ctx = b.isl + (b.osl - 2) / 2
+    t = dec.tokens
+    T, N, w = chunk_points(sched, b.isl)
+    n, d = sched["prompts"][..., None], sched["mixed_decoders"][..., None]
+    dp = np.asarray(dp, dtype=float)[..., None]
+    batch = np.asarray(c, dtype=float)[..., None] * dp
+    # Along the last axis: one call of the forms (they are elementwise).
+    parts = [{"B": d * dp, "T": t, "N": mean_ctx}, {"B": batch, "T": t, "N": mean_ctx},
+             {"B": n * dp, "T": T, "N": N}, {"B": dp, "T": t * d + n * T, "N": 0.0}]
+    parts[2:] = [{k: np.broadcast_to(v, w.shape) for k, v in x.items()} for x in parts[2:]]
+    return _stacked(forms, parts), parts, w
+
+
 def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: Decoding,
                sched: Mapping[str, np.ndarray], draft: Forms | None = None,
                draft_len: int = 0) -> dict[str, dict[str, np.ndarray]]:
@@ -134,18 +153,8 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
     and dp broadcast (the forms get a last axis of chunk points). `draft`: the draft
     model's forms (speculative): its draft_len decode steps and its forward over the
     step's prompt tokens are added to each step."""
-    mean_ctx = b.isl + (b.osl - 2) / 2
-    t = dec.tokens
-    T, N, w = chunk_points(sched, b.isl)
-    n, d = sched["prompts"][..., None], sched["mixed_decoders"][..., None]
-    dp = np.asarray(dp, dtype=float)[..., None]
-    batch = np.asarray(c, dtype=float)[..., None] * dp
-    # The decode part, the pure step, the prompt part and all the tokens together, along
-    # the last axis: one call of the forms (they are elementwise).
-    parts = [{"B": d * dp, "T": t, "N": mean_ctx}, {"B": batch, "T": t, "N": mean_ctx},
-             {"B": n * dp, "T": T, "N": N}, {"B": dp, "T": t * d + n * T, "N": 0.0}]
-    parts[2:] = [{k: np.broadcast_to(v, w.shape) for k, v in x.items()} for x in parts[2:]]
-    pieces = _stacked(forms, parts)
+    pieces, parts, w = step_parts(forms, c, dp, b, dec, sched)
+    d = sched["mixed_decoders"][..., None]
     mixed = mixed_step(runner, [pieces[0], pieces[2]], pieces[3])
     pure = pieces[1]
     if draft is not None:
@@ -159,11 +168,15 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
             step = [x[f"step.{key}"] for x in drafted]
             drafting = np.where(d > 0, step[0], 0.0)   # no decoders: no draft steps
             m, u = m + draft_len * drafting + step[2], u + draft_len * step[1]
-        mean = np.sum(np.broadcast_to(m, np.broadcast_shapes(np.shape(m), w.shape)) * w,
-                      axis=-1) / np.sum(w, axis=-1)
-        out[key] = {"mixed": mean, "pure": np.asarray(u)[..., 0],
+        out[key] = {"mixed": chunk_mean(m, w), "pure": np.asarray(u)[..., 0],
                     "request": request_overhead(pieces[3], key)}
     return out
+
+
+def chunk_mean(cost: Any, w: np.ndarray) -> np.ndarray:
+    """The mean over a prompt's chunk points (the last axis, weights w) of a mixed step."""
+    full = np.broadcast_to(cost, np.broadcast_shapes(np.shape(cost), w.shape))
+    return np.sum(full * w, axis=-1) / np.sum(w, axis=-1)
 
 
 def request_overhead(values: Mapping[str, Any], key: str) -> Any:
@@ -226,16 +239,20 @@ def hand_off(runner: "Runner", values: Mapping[str, Any]) -> dict[str, np.ndarra
     hand-offs, compiler/passes/parallel.py) plus one more hand-off. This is that one."""
     out = {key: np.asarray(0.0) for key in KEYS}
     params = {k: values[k] for k in ESTIMATE_PARAMS if k in values}
-    for i, op in enumerate(runner.ops):
-        if op.kind != "send_recv":
-            continue
-        v = {k: values[f"ops.{i}.{k}"] for k in ESTIMATE_OP_KEYS}
-        sent = np.asarray(values[f"ops.{i}.count"]) > 0
-        out["roofline_s"] = out["roofline_s"] + np.where(
-            sent, reduce(np.maximum, (v[k] for k in HARD_KEYS)), 0.0)
-        out["estimate_s"] = out["estimate_s"] + np.where(
-            sent, op_estimate(v, params, Kind.of(op.kind, True), NUMERIC), 0.0)
+    for sent, v, kind in hand_off_ops(runner, values):
+        out["roofline_s"] = out["roofline_s"] + sent * reduce(np.maximum, (v[k] for k in HARD_KEYS))
+        out["estimate_s"] = out["estimate_s"] + sent * op_estimate(v, params, kind, NUMERIC)
     return out
+
+
+def hand_off_ops(runner: "Runner", values: Mapping[str, Any]
+                 ) -> Iterator[tuple[np.ndarray, dict[str, Any], Kind]]:
+    """Each stage hand-off op's (1 where it sends, else 0; its pieces, ESTIMATE_OP_KEYS;
+    its kind): what `hand_off` adds to a step."""
+    for i, op in enumerate(runner.ops):
+        if op.kind == "send_recv":
+            sent = (np.asarray(values[f"ops.{i}.count"]) > 0).astype(float)
+            yield sent, {k: values[f"ops.{i}.{k}"] for k in ESTIMATE_OP_KEYS}, Kind.of(op.kind, True)
 
 
 def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
@@ -283,16 +300,23 @@ def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[st
     the step adds the per-step overhead once."""
     params = {k: tot[k] for k in ESTIMATE_PARAMS if k in tot}
     est, roof = tot.get("step_overhead", 0.0), 0.0
+    for count, v, kind in mixed_ops(runner, parts, tot):
+        est = est + count * op_estimate(v, params, kind, NUMERIC)
+        roof = roof + count * reduce(np.maximum, (v[k] for k in HARD_KEYS))
+    return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
+
+
+def mixed_ops(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[str, Any]
+              ) -> Iterator[tuple[Any, dict[str, Any], Kind]]:
+    """Each op's (count, mixed pieces: ESTIMATE_OP_KEYS by MIXED_RULES and
+    ESTIMATE_RULES, kind) in the forward `mixed_step` costs."""
     for i, op in enumerate(runner.ops):
         keyed = [_keyed(src, i) for src in parts]
         total = _keyed(tot, i)
         fix = (total["weight_bytes"] - sum(q["weight_bytes"] for q in keyed)) / tot["mem_bw"]
         v = {k: rule(keyed, total, fix, k) for k, rule in _MIXED.items()}
         v["time_s"] = reduce(np.maximum, (v[k] for k in TERM_KEYS))
-        count = total["count"]
-        est = est + count * op_estimate(v, params, Kind.of(op.kind, op.collective), NUMERIC)
-        roof = roof + count * reduce(np.maximum, (v[k] for k in HARD_KEYS))
-    return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
+        yield total["count"], v, Kind.of(op.kind, op.collective)
 
 
 _OP_KEYS = ("count", "weight_bytes", "kernels", *TERM_KEYS, *PART_KEYS)

@@ -1,0 +1,112 @@
+"""A serving benchmark's row costed as `infest serve` costs it, at any estimate parameters.
+
+A measurement of TPOT or TTFT from a serving run (a closed loop of `concurrency` clients
+sending prompts of `isl` tokens for `osl` output tokens, compiler/analyses/calibrate.py)
+is compared with serve's continuous-batching TPOT or TTFT (compiler/analyses/continuous.py)
+at the same request and token budget, not with one decode or prefill step: at concurrency
+C every request's prompt rides C - 1 other requests' decode steps, which a step time
+leaves out (at 5,000-token prompts and 50 clients, a third of the measured TPOT).
+
+The continuous model's per-op pieces (`continuous.mixed_ops` for the mixed steps,
+the forms' ops for the pure decode step, `continuous.hand_off_ops` for a pipeline's
+hand-off) do not depend on the estimate's parameters, so each row's are evaluated once
+(`served`) and re-costed with compiler/core/estimate_rule.py at any parameters in a few
+numpy operations (`Served.estimate`): the same rule, the same schedule, the same latencies
+as serve.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import numpy as np
+
+from infest.compiler.analyses.continuous import (Budget, Decoding, chunk_mean,
+                                                 clients_per_scheduler, hand_off_ops, latencies,
+                                                 mixed_ops, point_forms, schedule, step_parts)
+from infest.compiler.core.estimate_rule import ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate
+
+if TYPE_CHECKING:
+    from infest.compiler.backend.runner import Runner
+
+# The columns that make a row a serving run, and the quantities such a row may measure.
+SERVING_COLUMNS = ("isl", "osl", "concurrency")
+SERVED_QUANTITIES = ("tpot_s", "ttft_s")
+
+
+@dataclass(frozen=True)
+class StepPieces:
+    """Every op of one step (the last axis), at the points of the axes before it: its
+    count, its estimate's pieces (ESTIMATE_OP_KEYS) and its kind."""
+
+    count: np.ndarray
+    ops: dict[str, np.ndarray]
+    kind: Kind
+
+    def cost(self, params: Mapping[str, Any]) -> np.ndarray:
+        """Sum over ops of count x estimate (params broadcast ahead of the pieces' axes)."""
+        return np.sum(self.count * op_estimate(self.ops, params, self.kind, NUMERIC), axis=-1)
+
+
+def stacked(items: Iterable[tuple[Any, Mapping[str, Any], Kind]], points: int) -> StepPieces:
+    """StepPieces from (count, pieces, kind) per op, each broadcast to `points` points."""
+    items = list(items)
+    def column(values: list[Any]) -> np.ndarray:
+        return np.stack([np.broadcast_to(np.asarray(v, float), (points,)) for v in values], axis=-1)
+    kinds = [k for _, _, k in items]
+    kind = Kind(*(np.array([getattr(k, f) for k in kinds], float)
+                  for f in ("attention", "collective", "gemm")))
+    ops = {k: column([v[k] for _, v, _ in items]) for k in ESTIMATE_OP_KEYS}
+    return StepPieces(column([c for c, _, _ in items]), ops, kind)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A serving row's mixed steps (one per chunk point, weights `weights`) and pure decode
+    step as pieces, with the schedule they were taken at; `quantity` is tpot_s or ttft_s."""
+
+    mixed: StepPieces
+    pure: StepPieces
+    weights: np.ndarray
+    schedule: dict[str, np.ndarray]
+    budget: Budget
+    decoding: Decoding
+    quantity: str
+
+    def estimate(self, values: Mapping[str, Any]) -> Any:
+        """The row's TPOT or TTFT at these parameters (scalars or arrays that broadcast)."""
+        col = {k: np.asarray(v, float)[..., None, None] for k, v in values.items()}
+        overhead = col["step_overhead"][..., 0, 0]
+        cost = {"mixed": chunk_mean(self.mixed.cost(col) + overhead[..., None], self.weights),
+                "pure": self.pure.cost(col)[..., 0] + overhead,
+                "request": col["request_overhead"][..., 0, 0]}
+        ttft, tpot = latencies(self.budget, self.decoding, self.schedule, cost)
+        return ttft if self.quantity == "ttft_s" else tpot
+
+
+def served(decode: "Runner", point: Mapping[str, int], request: Mapping[str, int],
+           quantity: str) -> Served:
+    """A serving row's pieces: `decode` is the decode runner of its spec, hardware and
+    engine, `point` its layout (tp, ep, pp, dp), `request` its isl, osl, concurrency and
+    chunk (the token budget)."""
+    layout = {k: point[k] for k in ("tp", "ep", "pp", "dp")}
+    base = {i.name: float(i.value) for i in decode.inputs(layout, checked=False)}
+    dp = float(layout["dp"])
+    clients = clients_per_scheduler(math.ceil(request["concurrency"] / dp), layout["pp"])
+    budget = Budget(request["isl"], request["osl"], request["chunk"])
+    decoding = Decoding(1.0, request["osl"] - 1)
+    sched = schedule(float(clients), budget, decoding)
+    pieces, _, w = step_parts(point_forms(decode, base), float(clients), dp, budget, decoding, sched)
+    points = int(np.shape(w)[-1])
+    mixed = stacked(list(mixed_ops(decode, [pieces[0], pieces[2]], pieces[3]))
+                    + list(hand_off_ops(decode, pieces[3])), points)
+    pure = stacked(list(_ops(decode, pieces[1])) + list(hand_off_ops(decode, pieces[1])), 1)
+    return Served(mixed, pure, np.asarray(w, float), sched, budget, decoding, quantity)
+
+
+def _ops(runner: "Runner", values: Mapping[str, Any]):
+    """Each op's (count, pieces, kind) at one evaluated point of the forms."""
+    for i, op in enumerate(runner.ops):
+        yield (values[f"ops.{i}.count"], {k: values[f"ops.{i}.{k}"] for k in ESTIMATE_OP_KEYS},
+               Kind.of(op.kind, op.collective))

@@ -10,7 +10,9 @@ and the package version). Three least-squares fits, each printed with its residu
 - NCCL all-reduce at small messages (<= 64 KiB): latency = a + b x 2(n - 1), the source
   of `link_latency` (a) and `coll_step_latency` (b);
 - context (prefill) attention at 4k tokens or more: FLOPs / (latency x peak), the source
-  of `eff_attn`.
+  of `eff_attn`;
+- generation (decode) attention reading over 500 MB of KV cache: KV bytes / (latency x
+  HBM bandwidth), the source of `eff_kv` (smaller reads are latency: kernel_latency's).
 """
 from __future__ import annotations
 
@@ -56,6 +58,13 @@ def attention_fit() -> tuple[float, float, float]:
     return float(np.median(shares)), min(shares), max(shares)
 
 
+def kv_read_fit() -> tuple[float, float, float]:
+    """(median, lowest, highest) share of HBM bandwidth, generation attention over 500 MB."""
+    shares = [float(r["pct_of_hbm_bw"]) / 100
+              for r in _rows("generation_attention_llama8b_shape.csv") if float(r["kv_bytes_MB"]) > 500]
+    return float(np.median(shares)), min(shares), max(shares)
+
+
 def main() -> None:
     """Print each fit."""
     t0, eff, worst = gemm_fit()
@@ -66,6 +75,8 @@ def main() -> None:
           f"(worst residual {worst:.1%})")
     med, lo, hi = attention_fit()
     print(f"context attention >=4k tokens: eff_attn median {med:.3f} (range {lo:.3f}-{hi:.3f})")
+    med, lo, hi = kv_read_fit()
+    print(f"generation attention > 500 MB of KV: eff_kv median {med:.3f} (range {lo:.3f}-{hi:.3f})")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ the cached evaluation path (serve, plan) reads it without the symbolic stages.
 An op instance's estimate is the larger of its bound `time_s` and
 
     launches x kernel_latency
-      + max(t_compute_s x scale / eff, t_memory_s / eff_mem)
+      + max(t_compute_s x scale / eff, t_memory_s / eff_m)
       + comm_latency_s + ring_steps x coll_step_latency + (t_comm_s - comm_latency_s) / eff_link
       + t_host_s / eff_link
 
-where eff is eff_attn for attention kernels and eff_flops otherwise, launches are the
+where eff is eff_attn for attention kernels and eff_flops otherwise, eff_m is eff_kv
+for attention kernels (their bytes are the KV cache they read) and eff_mem otherwise,
+launches are the
 op's kernels (0 for a collective: its latency is its launch), and for a GEMM (linear,
 router) scale = ceil(M / gemm_tile_m) x gemm_tile_m / M x gemm_load: its M = gemm_rows
 rows pad up to whole tiles, and an expert GEMM waits for the busiest expert-parallel rank
@@ -35,7 +37,7 @@ PART_KEYS = ("gemm_rows", "gemm_load", "comm_latency_s", "ring_steps")
 MIN_ROWS = 1e-9   # the least M a tile's padding divides by (an empty part: 0 FLOPs anyway)
 # Everything one op's estimate reads from the forms, and the parameters it reads.
 ESTIMATE_OP_KEYS = ("time_s", "kernels") + TERM_KEYS + PART_KEYS
-ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_link", "kernel_latency",
+ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
                    "coll_step_latency", "gemm_tile_m")
 # Every runner lists these as inputs, whether or not its forms use them (a model without
 # collectives has no ring step): the estimate's parameters, the per-step overhead and
@@ -74,10 +76,11 @@ def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math)
     """One instance's estimate (module docstring) from its pieces `v` (ESTIMATE_OP_KEYS)
     and parameters `p` (ESTIMATE_PARAMS)."""
     eff = kind.attention * p["eff_attn"] + (1 - kind.attention) * p["eff_flops"]
+    eff_m = kind.attention * p["eff_kv"] + (1 - kind.attention) * p["eff_mem"]
     rows, tile = v["gemm_rows"], p["gemm_tile_m"]
     padded = f.ceil(rows / tile) * tile / f.maximum(rows, MIN_ROWS) * v["gemm_load"]
     scale = kind.gemm * padded + (1 - kind.gemm)
-    work = f.maximum(v["t_compute_s"] * scale / eff, v["t_memory_s"] / p["eff_mem"])
+    work = f.maximum(v["t_compute_s"] * scale / eff, v["t_memory_s"] / eff_m)
     latency = v["comm_latency_s"]
     comm = latency + v["ring_steps"] * p["coll_step_latency"] + (v["t_comm_s"] - latency) / p["eff_link"]
     launches = (1 - kind.collective) * v["kernels"] * p["kernel_latency"]

@@ -115,6 +115,11 @@ FIELD_TABLE = (
           Fraction(12, 25), "aiconfigurator 0.12.0 context attention, 32/8 heads d128 bf16: "
           "median 48% (41-55%) of 989 TFLOP/s at 4k-16k tokens, H100 and H200 "
           "(bench/kernel_fit.py)", catalogue=False, unit_ratio=True),
+    Field("eff_kv", COUNT, "estimate",
+          "achievable share of mem_bw of attention kernels (decode: reading the KV cache)",
+          Fraction(87, 100), "aiconfigurator 0.12.0 generation attention, 32/8 heads d128 bf16: "
+          "median 87% (76-91%) of HBM bandwidth at KV reads over 500 MB, H100 and H200 "
+          "(bench/kernel_fit.py)", catalogue=False, unit_ratio=True),
     Field("kernel_latency", TIME, "estimate",
           "fixed time each kernel adds in the estimate (launch, ramp-up, tail)",
           Fraction(43, 10_000_000), "aiconfigurator 0.12.0 bf16 GEMMs at M <= 128 on "
@@ -164,7 +169,7 @@ EFFICIENCIES = {f.name: f.default for f in FIELD_TABLE if f.role == "efficiency"
 # Every parameter of the estimate and its default: the efficiencies, then the estimate's
 # own (what a hardware, an engine profile or --set may give; calibration fits them).
 ESTIMATE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE if f.role in ("efficiency", "estimate")}
-# Ratios in (0, 1]: the efficiencies and eff_attn.
+# Ratios in (0, 1]: the efficiencies, eff_attn and eff_kv.
 SHARES = frozenset(f.name for f in FIELD_TABLE if f.unit_ratio)
 # efficiency -> (measured ceiling, datasheet ceiling): measured / datasheet when measured.
 MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),

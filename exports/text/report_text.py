@@ -6,6 +6,7 @@ import io
 
 from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TERM_KEYS, TIME_TERMS
+from infest.compiler.load.fields import FIELD_TABLE
 from infest.dsl.human import bytes_both, count, duration, md_table, pairs, si, table
 
 # "time" is an op's time with the launch floor (time_s): the hard bound leaves that term out.
@@ -90,10 +91,11 @@ def _offload_rows(result: dict) -> list[list[str]]:
 
 
 def _efficiencies(inputs: dict) -> str:
-    """`eff_mem 0.8, eff_flops 0.7, eff_attn 0.48, eff_link 0.8 of datasheet; 4.3 us per
-    kernel, ...` (the estimate's parameters, compiler/core/estimate_rule.py)."""
-    shares = [f"{k} {inputs[k]:g}" for k in ("eff_mem", "eff_flops", "eff_attn", "eff_link")
-              if k in inputs]
+    """`eff_mem 0.8, eff_flops 0.7, eff_link 0.8, eff_attn 0.48, eff_kv 0.87 of datasheet;
+    4.3 us per kernel, ...` (the estimate's parameters, compiler/core/estimate_rule.py;
+    the shares in the field table's order)."""
+    shares = [f"{f.name} {inputs[f.name]:g}" for f in FIELD_TABLE
+              if f.unit_ratio and f.name in inputs]
     fixed = [f"{duration(inputs[k])} {what}" for k, what in
              (("kernel_latency", "per kernel"), ("coll_step_latency", "per ring step"),
               ("step_overhead", "per step")) if k in inputs]

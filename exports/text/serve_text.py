@@ -20,8 +20,8 @@ MODEL = {
                   "requests' decode tokens plus prompt chunks up to the token budget; "
                   "TTFT = wait for budget + own chunk steps, TPOT includes the chunk steps",
 }
-NOTE = ("estimate = each op by its kind (achievable shares eff_mem, eff_flops, eff_attn, "
-        "eff_link of the datasheet; kernel and ring-step latency; GEMM tiles; the busiest "
+NOTE = ("estimate = each op by its kind (achievable shares eff_mem, eff_flops, eff_link, "
+        "eff_attn, eff_kv of the datasheet; kernel and ring-step latency; GEMM tiles; the busiest "
         "expert rank) plus the engine's per-step overhead, and its per-request overhead in "
         "TTFT (the engine profile's or the defaults: `infest list`); "
         "bound = roofline (datasheet peaks, kernels one after another): no "

@@ -20,7 +20,7 @@ Three checks, one script:
    physics, per-GPU and per-engine offsets pulled toward the documented defaults), judged
    in sample and held out: leave-one-out (each row predicted by a fit to the others),
    leave-one-GPU-out (a GPU's rows from the shared values and its datasheet only) and
-   leave-one-engine-out. About 75 least-squares fits: minutes.
+   leave-one-engine-out. About 78 least-squares fits: half a minute on 2 cores.
 
 --quick skips 3 (seconds once the specs are compiled; tests/test_accuracy.py runs it).
 --docs rewrites the table and the summary in docs/accuracy.md (needs the full run);
@@ -46,7 +46,7 @@ BEGIN, END = "<!-- accuracy table: bench/accuracy.py --docs -->", "<!-- end of t
 HEADERS = ["server", "model", "GPU", "layout", "quantity", "B", "N", "measured ms", "floor/meas",
            "bound/meas", "profile est/meas", "fitted/meas", "LOO/meas", "LOGO/meas"]
 FIT_COLUMNS = 3            # the last columns come from the fit (blank with --quick)
-PROFILE_FIELDS = ("eff_mem", "eff_flops", "eff_attn", "eff_link", "kernel_latency",
+PROFILE_FIELDS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
                   "step_overhead", "request_overhead")
 # Issue #23's targets (|error| of the row's quantity): (median, worst) or median alone.
 TARGETS = {"leave-one-out": (0.12, 0.40), "leave-one-GPU-out": (0.20, None)}

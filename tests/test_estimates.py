@@ -157,7 +157,7 @@ def _synthetic(n: int, truth: dict[str, float]) -> list[cal.Prepared]:
         terms["t_memory_s"] = rng.uniform(0, 2e-3, ops)
         terms["kernels"] = rng.integers(1, 400, ops).astype(float)
         terms["gemm_rows"], terms["gemm_load"] = np.ones(ops), np.ones(ops)
-        kind = cal.Kind((np.arange(ops) == 0).astype(float), np.zeros(ops), np.zeros(ops))
+        kind = cal.Kind((np.arange(ops) < 2).astype(float), np.zeros(ops), np.zeros(ops))  # 2 attention ops
         inputs = {k: float(v) for k, v in cal.ESTIMATE_DEFAULTS.items()}
         inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8)
         row = cal.Row(Span("synthetic", i + 1, 1, i + 1, 2), "s", gpu, "decode", None, engine,
@@ -171,12 +171,12 @@ def _synthetic(n: int, truth: dict[str, float]) -> list[cal.Prepared]:
 
 
 def test_the_regularised_fit_recovers_known_parameters() -> None:
-    truth = {"eff_mem": 0.75, "eff_flops": 0.6, "eff_attn": 0.45, "eff_link": 0.8,
+    truth = {"eff_mem": 0.75, "eff_flops": 0.6, "eff_attn": 0.45, "eff_kv": 0.65, "eff_link": 0.8,
              "kernel_latency": 5e-6, "step_overhead": 2e-4, "request_overhead": 0.0}
     rows = _synthetic(60, truth)
     f = jf.fit_all(rows)
     got = f.values("g1", "e1")
-    for name in ("eff_mem", "eff_flops", "eff_attn", "kernel_latency"):
+    for name in ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "kernel_latency"):
         assert got[name] == pytest.approx(truth[name], rel=0.05), name
     assert max(abs(e) for e in jf.row_errors(rows, f)) < 0.02
     assert jf.violations(f, jf.pairs_of(rows)) == []
@@ -199,21 +199,44 @@ def test_llama_8b_decode_b1_estimate_by_hand() -> None:
     # Eager engine on h100_sxm: effs 0.8 (HBM), 0.7 (math), kernel_latency 4.3 us. At B=1
     # a linear's one row pads to a 64-row tile: its math takes 64 x 2 FLOPs / (0.7 x 989
     # TFLOP/s) = 1.85e-13 s per weight, its memory 2 bytes / (0.8 x 3.35 TB/s) = 7.5e-13 s:
-    # every op is memory bound (attention reads 2 KV bytes per 2 FLOPs too), and each op's
-    # kernels x 4.3 us + bytes / 2.68e12 beats its bound max(bytes / 3.35e12, kernels x
-    # 4 us). So the step is kernels x 4.3 us + step bytes / 2.68e12, no collective at tp 1.
-    step = _analysis("llama3_1_8b.arch", "h100_sxm", "decode").evaluate({"B": 1, "N": 4096})["step"]
-    expected = step["kernels"] * 4.3e-6 + step["bytes"] / (0.8 * 3.35e12)
+    # every op is memory bound (attention reads 2 KV bytes per 2 FLOPs too, at eff_kv 0.87),
+    # and each op's kernels x 4.3 us + bytes / (eff x 3.35e12) beats its bound max(bytes /
+    # 3.35e12, kernels x 4 us). So the step is kernels x 4.3 us + attention bytes / (0.87 x
+    # 3.35e12) + the other bytes / (0.8 x 3.35e12), no collective at tp 1.
+    result = _analysis("llama3_1_8b.arch", "h100_sxm", "decode").evaluate({"B": 1, "N": 4096})
+    step = result["step"]
+    attention = sum(o["count"] * o["bytes"] for o in result["ops"] if o["kind"] == "attention")
+    # 32 layers x 4096 cached tokens x (K, V) x 8 heads x 128 x 2 bytes = 1 GiB of KV cache
+    assert attention >= 32 * 4096 * 2 * 8 * 128 * 2
+    expected = (step["kernels"] * 4.3e-6 + attention / (0.87 * 3.35e12)
+                + (step["bytes"] - attention) / (0.8 * 3.35e12))
     assert step["estimate_s"] == pytest.approx(expected, rel=1e-12)
     assert step["tokens_per_s_estimate"] == pytest.approx(1 / expected, rel=1e-12)
 
 
+def test_attention_reads_at_eff_kv_other_ops_at_eff_mem() -> None:
+    # One op: 1 kernel, 1 ms of memory time, 10 us of math, no collective. Attention: 4.3 us
+    # + max(10 us / eff_attn 0.48, 1 ms / eff_kv 0.87) = 4.3 us + 1149.425 us; any other
+    # kind: 4.3 us + max(10 us / 0.7, 1 ms / eff_mem 0.8) = 4.3 us + 1250 us.
+    pieces = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_s": 1e-3,
+              "t_comm_s": 0.0, "t_launch_s": 4e-6, "t_host_s": 0.0, "gemm_rows": 1.0,
+              "gemm_load": 1.0, "comm_latency_s": 0.0, "ring_steps": 0.0}
+    params = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87, "eff_link": 0.8,
+              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, "gemm_tile_m": 64}
+    from infest.compiler.core.estimate_rule import NUMERIC
+    attention = op_estimate(pieces, params, Kind.of("attention", False), NUMERIC)
+    other = op_estimate(pieces, params, Kind.of("norm", False), NUMERIC)
+    assert float(attention) == pytest.approx(4.3e-6 + 1e-3 / 0.87, rel=1e-12)
+    assert float(other) == pytest.approx(4.3e-6 + 1e-3 / 0.8, rel=1e-12)
+
+
 def test_no_kernel_latency_b1_estimate_is_the_roofline_over_eff_mem() -> None:
     # Every op memory bound at B=1 (above), so with no launch floor, no kernel latency
-    # and eff_mem 0.5 the estimate is exactly twice the roofline (step bytes / mem_bw).
+    # and eff_mem = eff_kv = 0.5 the estimate is exactly twice the roofline (step bytes /
+    # mem_bw).
     a = _analysis("llama3_1_8b.arch", "h100_sxm", "decode")
     step = a.evaluate({"B": 1, "N": 4096, "launch_overhead": 0, "kernel_latency": 0,
-                       "eff_mem": 0.5})["step"]
+                       "eff_mem": 0.5, "eff_kv": 0.5})["step"]
     assert step["estimate_s"] == pytest.approx(2 * step["roofline_s"], rel=1e-12)
 
 
@@ -222,7 +245,7 @@ def test_ideal_parameters_give_the_launch_floored_time() -> None:
     # max(time_s, max(compute, memory)) = time_s.
     a = _analysis("llama3_1_8b.arch", "h100_sxm", "decode")
     step = a.evaluate({"B": 64, "N": 1024, "eff_mem": 1, "eff_flops": 1, "eff_link": 1,
-                       "eff_attn": 1, "kernel_latency": 0})["step"]
+                       "eff_attn": 1, "eff_kv": 1, "kernel_latency": 0})["step"]
     assert step["estimate_s"] == pytest.approx(step["time_s"], rel=1e-12)
 
 
@@ -243,11 +266,11 @@ def test_eff_in_a_hardware_file_is_checked(tmp_path: Path) -> None:
 
 
 def test_estimate_fields_in_a_hardware_file_are_used(tmp_path: Path) -> None:
-    # eff_mem 0.25, no launch floor, no kernel latency: 4x the roofline at B = 1.
+    # eff_mem = eff_kv = 0.25, no launch floor, no kernel latency: 4x the roofline at B = 1.
     hw = tmp_path / "fast.arch"
     hw.write_text('hardware fast "x" {\n  mem_capacity = 80 GB; mem_bw = 3.35 TB/s\n'
                   '  flops_bf16 = 989 TFLOP/s; launch_overhead = 0 us; eff_mem = 0.25\n'
-                  '  kernel_latency = 0 us\n}\n')
+                  '  eff_kv = 0.25; kernel_latency = 0 us\n}\n')
     step = analyze(LLAMA8, hw=str(hw)).evaluate({"B": 1})["step"]
     assert step["estimate_s"] == pytest.approx(4 * step["roofline_s"], rel=1e-12)
 
@@ -299,8 +322,8 @@ def test_serve_uses_the_estimate_or_the_bound(batching: str) -> None:
     # Efficiencies of 1, no launch floor, no kernel or ring-step latency and tiles of one
     # row in 10^9: the estimate is the bound, mixed steps too (their GEMMs' rows are
     # fractional means, so a tile pads them by at most 1e-9 rows).
-    ideal = {"eff_mem": 1, "eff_flops": 1, "eff_link": 1, "eff_attn": 1, "launch_overhead": 0,
-             "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9}
+    ideal = {"eff_mem": 1, "eff_flops": 1, "eff_link": 1, "eff_attn": 1, "eff_kv": 1,
+             "launch_overhead": 0, "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9}
     same = serve(_serve_engine("estimate"), request, ideal)
     assert same["tpot_s"] == pytest.approx(same["bound"]["tpot_s"], rel=1e-9)
     assert same["ttft_s"] == pytest.approx(same["bound"]["ttft_s"], rel=1e-9)

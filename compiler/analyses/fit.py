@@ -5,8 +5,10 @@ Each parameter p of a row on GPU g under engine e is
     p = exp(shared_p + gpu_p[g] + engine_p[e])      (an efficiency capped at 1)
 
 where `shared` holds the physics every row shares and the offsets hold what a GPU
-(eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem,
-kernel_latency, step_overhead, request_overhead) adds. The fit minimises, with
+(eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_kv,
+kernel_latency, step_overhead, request_overhead) adds. A parameter no two engines share
+(ENGINE_ONLY: the per-request overhead) keeps its shared value at the prior's centre and
+lives in each engine's offset alone. The fit minimises, with
 `scipy.optimize.least_squares` inside bounds,
 
     sum over rows ((ln estimate - ln measured) / NOISE_SD)^2
@@ -18,7 +20,10 @@ values, and one never seen (held out) gets exactly them, i.e. its datasheet and 
 shared physics. A fit whose shared parameter ends at a bound, or whose efficiency
 exceeds 1 before the cap, leaves its physical range and is reported so (`violations`).
 Held-out errors (leave-one-out, leave-one-GPU-out, leave-one-engine-out) refit without
-the held rows, at most MAX_REFITS times.
+the held rows, at most MAX_REFITS times. Each row's estimate is a few numpy operations
+(compiler/analyses/calibrate.py, compiler/analyses/served_rows.py) that take arrays of
+parameters, so the Jacobian's forward differences (one per coordinate) are one
+vectorised evaluation per row: a fit of 63 rows takes about a second.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
+from infest.compiler.load.fields import SHARES as RATIOS
+
 if TYPE_CHECKING:
     from infest.compiler.analyses.calibrate import Prepared
 
@@ -36,19 +43,26 @@ if TYPE_CHECKING:
 # whose default is 0 (off): their centres are assumptions, "tens of us to
 # milliseconds" per step and 10 ms per request, with a wide sd (a factor e^2 ~ 7.4).
 PRIOR = {"eff_mem": (0.8, 0.5), "eff_flops": (0.7, 0.5), "eff_attn": (0.48, 0.5),
-         "eff_link": (0.8, 0.5), "kernel_latency": (4.3e-6, 1.0),
+         "eff_kv": (0.87, 0.5), "eff_link": (0.8, 0.5), "kernel_latency": (4.3e-6, 1.0),
          "step_overhead": (1e-4, 2.0), "request_overhead": (1e-2, 2.0)}
 BOUNDS = {"eff_mem": (0.05, 1.0), "eff_flops": (0.05, 1.0), "eff_attn": (0.05, 1.0),
-          "eff_link": (0.05, 1.0), "kernel_latency": (1e-8, 1e-3),
+          "eff_kv": (0.05, 1.0), "eff_link": (0.05, 1.0), "kernel_latency": (1e-8, 1e-3),
           "step_overhead": (1e-7, 1.0), "request_overhead": (1e-7, 10.0)}
-SHARES = ("eff_mem", "eff_flops", "eff_attn", "eff_link")
+SHARES = tuple(k for k in PRIOR if k in RATIOS)     # capped at 1
 PER_GPU = ("eff_mem", "eff_flops")
-PER_ENGINE = ("eff_mem", "kernel_latency", "step_overhead", "request_overhead")
+PER_ENGINE = ("eff_mem", "eff_kv", "kernel_latency", "step_overhead", "request_overhead")
+# Parameters no two engines share: their shared value stays at the prior's centre (not
+# fitted) and each engine's offset carries all of its value, so one engine's per-request
+# costs (SGLang's ~0.3 s TTFT on DeepSeek) never move another's.
+ENGINE_ONLY = ("request_overhead",)
 # How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
-# kernels reach their datasheet within ~30%; an engine's efficiency too (0.5); its fixed
-# costs are its own (a step costs tens of us to milliseconds by engine), sd 2.
+# kernels reach their datasheet within ~30%, an engine's weight reads too (0.3); its
+# attention kernels differ more (0.5: paged attention on ROCm against FlashAttention-class
+# kernels); its fixed costs are its own (a step costs tens of us to milliseconds by
+# engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
-ENGINE_SD = {"eff_mem": 0.5, "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}
+ENGINE_SD = {"eff_mem": 0.3, "eff_kv": 0.5, "kernel_latency": 2.0, "step_overhead": 2.0,
+             "request_overhead": 2.0}
 # The spread of a measurement's ln(time) about the model (sd): public figures converted to
 # step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
 # residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.
@@ -80,7 +94,7 @@ def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], 
     """Every free coordinate: (param, None, 'shared') or (param, group, 'gpu'/'engine')."""
     gpus = sorted({p.row.hardware for p in rows})
     engines = sorted({engine_of(p) for p in rows})
-    coords = [(k, None, "shared") for k in PRIOR]
+    coords = [(k, None, "shared") for k in PRIOR if k not in ENGINE_ONLY]
     coords += [(k, g, "gpu") for g in gpus for k in PER_GPU]
     coords += [(k, e, "engine") for e in engines for k in PER_ENGINE if _used(rows, e, k)]
     return coords, gpus, engines
@@ -99,7 +113,8 @@ def engine_of(p: "Prepared") -> str:
 
 
 def _unpack(x: np.ndarray, coords) -> Fit:
-    shared = {k: math.exp(v) for (k, _, kind), v in zip(coords, x) if kind == "shared"}
+    shared = {k: PRIOR[k][0] for k in ENGINE_ONLY}
+    shared.update({k: math.exp(v) for (k, _, kind), v in zip(coords, x) if kind == "shared"})
     gpu: dict[str, dict[str, float]] = {}
     engine: dict[str, dict[str, float]] = {}
     for (k, group, kind), v in zip(coords, x):
@@ -108,25 +123,49 @@ def _unpack(x: np.ndarray, coords) -> Fit:
     return Fit(shared, gpu, engine, 0.0)
 
 
-def _residuals(x: np.ndarray, coords, rows: list["Prepared"]) -> np.ndarray:
-    f = _unpack(x, coords)
-    data = [math.log(float(p.estimate(f.values(p.row.hardware, engine_of(p)))) / p.row.step_s)
-            / NOISE_SD for p in rows]
-    prior = [(v - math.log(PRIOR[k][0])) / PRIOR[k][1] if kind == "shared"
-             else v / (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
-             for (k, _, kind), v in zip(coords, x)]
-    return np.array(data + prior)
+def _residual_matrix(coords, rows: list["Prepared"]):
+    """A function of X (K points x the coordinates) giving the residuals at each point
+    (K x (rows + coordinates)): every row's estimate takes all K parameter sets at once."""
+    pos = {c: i for i, c in enumerate(coords)}
+    centre = np.array([math.log(PRIOR[k][0]) if kind == "shared" else 0.0 for k, _, kind in coords])
+    sd = np.array([PRIOR[k][1] if kind == "shared" else (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
+                   for k, _, kind in coords])
+    # Per row and parameter: the coordinates whose sum is ln(value) (shared, GPU, engine).
+    paths = [{k: [pos[c] for c in ((k, None, "shared"), (k, p.row.hardware, "gpu"),
+                                   (k, engine_of(p), "engine")) if c in pos] for k in PRIOR}
+             for p in rows]
+
+    def matrix(X: np.ndarray) -> np.ndarray:
+        data = []
+        for p, path in zip(rows, paths):
+            params = {}
+            for k, idx in path.items():
+                log = X[:, idx].sum(axis=1) + (0.0 if (k, None, "shared") in pos else math.log(PRIOR[k][0]))
+                params[k] = np.minimum(1.0, np.exp(log)) if k in SHARES else np.exp(log)
+            data.append(np.log(p.estimate(params) / p.row.step_s) / NOISE_SD)
+        return np.column_stack(data + [(X - centre) / sd])
+    return matrix
+
+
+STEP = 1e-7        # forward-difference step of the Jacobian, in ln(parameter)
 
 
 def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
-    """The regularised least-squares fit over these rows (module docstring)."""
+    """The regularised least-squares fit over these rows (module docstring); the Jacobian
+    by forward differences, every coordinate's step evaluated in one vectorised pass."""
     from scipy.optimize import least_squares
     coords, _, _ = _layout(rows)
+    matrix = _residual_matrix(coords, rows)
+    n = len(coords)
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        r = matrix(np.vstack([x, x + STEP * np.eye(n)]))
+        return ((r[1:] - r[0]) / STEP).T
     x0 = np.array([_start(start, c) for c in coords])
     lo = np.array([math.log(BOUNDS[k][0]) if kind == "shared" else -np.inf for k, _, kind in coords])
     hi = np.array([math.log(BOUNDS[k][1]) if kind == "shared" else np.inf for k, _, kind in coords])
-    result = least_squares(_residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
-                           args=(coords, rows), x_scale="jac", ftol=1e-10, xtol=1e-10,
+    result = least_squares(lambda x: matrix(x[None])[0], np.clip(x0, lo + 1e-9, hi - 1e-9),
+                           jac=jacobian, bounds=(lo, hi), x_scale="jac", ftol=1e-10, xtol=1e-10,
                            gtol=1e-10, max_nfev=MAX_EVALUATIONS)
     out = _unpack(result.x, coords)
     out.cost = float(result.cost)

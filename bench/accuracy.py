@@ -23,7 +23,8 @@ Three checks, one script:
    leave-one-engine-out. About 78 least-squares fits: half a minute on 2 cores.
 
 --quick skips 3 (seconds once the specs are compiled; tests/test_accuracy.py runs it).
---docs rewrites the table and the summary in docs/accuracy.md (needs the full run);
+--docs rewrites the table and the summary in docs/accuracy.md and the figure
+docs/accuracy.png (needs the full run);
 --profiles writes the fit into the shipped engine profiles when it stays within its
 physical range. The targets of issue #23 are printed beside what is achieved.
 """
@@ -42,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 MEASUREMENTS = HERE / "measurements.csv"
 PROFILES = HERE.parent / "specs" / "engines"
 DOCS = HERE.parent / "docs" / "accuracy.md"
+FIGURE = HERE.parent / "docs" / "accuracy.png"
 BEGIN, END = "<!-- accuracy table: bench/accuracy.py --docs -->", "<!-- end of the table -->"
 HEADERS = ["server", "model", "GPU", "layout", "quantity", "B", "N", "measured ms", "floor/meas",
            "bound/meas", "profile est/meas", "fitted/meas", "LOO/meas", "LOGO/meas"]
@@ -139,6 +141,38 @@ def render(results: list[dict], full: jf.Fit | None, held: dict[str, list[float]
     return "\n".join([grid, ""] + summary(results, full, held))
 
 
+def write_figure(results: list[dict], path: Path = FIGURE) -> None:
+    """Estimate / measured of every row (log scale), in sample and held out, by GPU: the
+    shaded band is the +-12% of the leave-one-out target, the dashed lines +-40%."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    order = sorted(range(len(results)), key=lambda i: (results[i]["p"].row.hardware, i))
+    for key, mark, label in (("fitted", "o", "fitted (in sample)"), ("leave-one-out", "x", "leave-one-out"),
+                             ("leave-one-GPU-out", "+", "leave-one-GPU-out")):
+        ratios = [results[i][key] / results[i]["p"].row.step_s for i in order]
+        ax.scatter(range(len(order)), ratios, marker=mark, label=label, s=28)
+    ax.set_yscale("log")
+    ax.axhspan(1 / 1.12, 1.12, color="0.85", zorder=0)
+    for y in (0.6, 1.4):
+        ax.axhline(y, color="0.5", linestyle="--", linewidth=0.8)
+    gpus = [results[i]["p"].row.hardware for i in order]
+    edges = [k for k in range(len(gpus)) if k == 0 or gpus[k] != gpus[k - 1]] + [len(gpus)]
+    for k in edges[1:-1]:
+        ax.axvline(k - 0.5, color="0.7", linewidth=0.6)
+    ax.set_xticks([(a + b - 1) / 2 for a, b in zip(edges, edges[1:])],
+                  [gpus[k] for k in edges[:-1]], rotation=30, ha="right", fontsize=8)
+    ticks = [0.2, 0.3, 0.5, 0.7, 1.0, 1.4, 2.0]
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylabel("estimate / measured")
+    ax.set_title(f"{len(results)} public measurements (bench/measurements.csv), by GPU")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
 def write_docs(text: str, path: Path = DOCS) -> None:
     """Replace what lies between the markers of docs/accuracy.md with `text`."""
     doc = path.read_text(encoding="utf-8")
@@ -185,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render(results, full, held, args.markdown))
     if args.docs:
         write_docs(render(results, full, held, markdown=True))
+        write_figure(results)
     if args.profiles and full is not None:
         if jf.violations(full, jf.pairs_of(rows)):
             print("not writing the profiles: the fit leaves its physical range", file=sys.stderr)

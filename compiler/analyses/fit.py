@@ -69,6 +69,7 @@ ENGINE_SD = {"eff_mem": 0.3, "eff_kv": 0.5, "kernel_latency": 2.0, "step_overhea
 NOISE_SD = 0.1
 MAX_REFITS = 200               # held-out refits one call may run (each a least-squares fit)
 MAX_EVALUATIONS = 300          # residual evaluations one fit may spend (scipy max_nfev)
+STEP = 1e-7                    # forward-difference step of the Jacobian, in ln(parameter)
 
 
 @dataclass
@@ -123,9 +124,10 @@ def _unpack(x: np.ndarray, coords) -> Fit:
     return Fit(shared, gpu, engine, 0.0)
 
 
-def _residual_matrix(coords, rows: list["Prepared"]):
+def _residual_matrix(coords, rows: list["Prepared"]) -> Callable[[np.ndarray], np.ndarray]:
     """A function of X (K points x the coordinates) giving the residuals at each point
-    (K x (rows + coordinates)): every row's estimate takes all K parameter sets at once."""
+    (K x (rows + coordinates)): every row's estimate takes all K parameter sets at once.
+    A parameter without a shared coordinate (ENGINE_ONLY) starts from the prior's centre."""
     pos = {c: i for i, c in enumerate(coords)}
     centre = np.array([math.log(PRIOR[k][0]) if kind == "shared" else 0.0 for k, _, kind in coords])
     sd = np.array([PRIOR[k][1] if kind == "shared" else (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
@@ -134,20 +136,18 @@ def _residual_matrix(coords, rows: list["Prepared"]):
     paths = [{k: [pos[c] for c in ((k, None, "shared"), (k, p.row.hardware, "gpu"),
                                    (k, engine_of(p), "engine")) if c in pos] for k in PRIOR}
              for p in rows]
+    base = {k: 0.0 if (k, None, "shared") in pos else math.log(PRIOR[k][0]) for k in PRIOR}
 
     def matrix(X: np.ndarray) -> np.ndarray:
         data = []
         for p, path in zip(rows, paths):
             params = {}
             for k, idx in path.items():
-                log = X[:, idx].sum(axis=1) + (0.0 if (k, None, "shared") in pos else math.log(PRIOR[k][0]))
+                log = X[:, idx].sum(axis=1) + base[k]
                 params[k] = np.minimum(1.0, np.exp(log)) if k in SHARES else np.exp(log)
             data.append(np.log(p.estimate(params) / p.row.step_s) / NOISE_SD)
         return np.column_stack(data + [(X - centre) / sd])
     return matrix
-
-
-STEP = 1e-7        # forward-difference step of the Jacobian, in ln(parameter)
 
 
 def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:

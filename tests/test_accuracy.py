@@ -41,3 +41,18 @@ def test_docs_table_is_the_scripts_output() -> None:
     keep = len(accuracy.HEADERS) - accuracy.FIT_COLUMNS
     for line, row in zip(table, rows):
         assert line[:keep] == row[:keep]      # every column but the fit's
+
+
+def test_leave_one_out_meets_the_issues_median_target() -> None:
+    # Issue #23's target: each public measurement predicted by a fit to the others, median
+    # |error| <= 12% (its worst-case target of 40% is not met: docs/accuracy.md says which
+    # rows miss it and why). A change to the estimate that loses out-of-sample accuracy
+    # fails here. 63 least-squares fits, each vectorised: seconds.
+    import statistics
+    from infest.compiler.analyses import fit as jf
+    accuracy = _accuracy()
+    rows = accuracy.prepared()
+    full = jf.fit_all(rows)
+    assert jf.violations(full, jf.pairs_of(rows)) == []
+    errors = jf.held_out(rows, jf.HOLD_OUT["leave-one-out"], full)
+    assert statistics.median(abs(e) for e in errors) <= 0.12

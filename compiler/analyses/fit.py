@@ -70,6 +70,8 @@ NOISE_SD = 0.1
 MAX_REFITS = 200               # held-out refits one call may run (each a least-squares fit)
 MAX_EVALUATIONS = 300          # residual evaluations one fit may spend (scipy max_nfev)
 STEP = 1e-7                    # forward-difference step of the Jacobian, in ln(parameter)
+TOL = 1e-10                    # least_squares ftol, xtol, gtol (1e-6 halves the time but
+                               # moves a held-out error by up to 0.7%)
 
 
 @dataclass
@@ -165,8 +167,8 @@ def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
     lo = np.array([math.log(BOUNDS[k][0]) if kind == "shared" else -np.inf for k, _, kind in coords])
     hi = np.array([math.log(BOUNDS[k][1]) if kind == "shared" else np.inf for k, _, kind in coords])
     result = least_squares(lambda x: matrix(x[None])[0], np.clip(x0, lo + 1e-9, hi - 1e-9),
-                           jac=jacobian, bounds=(lo, hi), x_scale="jac", ftol=1e-10, xtol=1e-10,
-                           gtol=1e-10, max_nfev=MAX_EVALUATIONS)
+                           jac=jacobian, bounds=(lo, hi), x_scale="jac", ftol=TOL, xtol=TOL,
+                           gtol=TOL, max_nfev=MAX_EVALUATIONS)
     out = _unpack(result.x, coords)
     out.cost = float(result.cost)
     return out

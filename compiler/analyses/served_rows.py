@@ -5,7 +5,7 @@ sending prompts of `isl` tokens for `osl` output tokens, compiler/analyses/calib
 is compared with serve's continuous-batching TPOT or TTFT (compiler/analyses/continuous.py)
 at the same request and token budget, not with one decode or prefill step: at concurrency
 C every request's prompt rides C - 1 other requests' decode steps, which a step time
-leaves out (at 5,000-token prompts and 50 clients, a third of the measured TPOT).
+leaves out (at 5,000-token prompts and 50 clients, more than half of the measured TPOT).
 
 The continuous model's per-op pieces (`continuous.mixed_ops` for the mixed steps,
 the forms' ops for the pure decode step, `continuous.hand_off_ops` for a pipeline's

@@ -43,12 +43,46 @@ def _num(expr: sympy.Expr, **values: float) -> float:
     return float(expr.subs({sym(k): v for k, v in values.items()}))
 
 
+H100_TILES = dict(gemm_tile_m=64, gemm_tile_n=128, sms=132)   # H100 SXM: 132 SMs
+
+
+def _scale(m: float, n: float, groups: float = 1) -> float:
+    f = tile_padding(sym("M"), sym("Nc"), sym("G"))
+    return _num(f, M=m, Nc=n, G=groups, **H100_TILES)
+
+
 def test_gemm_rows_pad_to_whole_tiles() -> None:
-    # 100 rows in tiles of 64: ceil(100/64) = 2 tiles = 128 rows, 128/100 = 1.28.
-    assert _num(tile_padding(sym("M")), M=100, gemm_tile_m=64) == pytest.approx(1.28)
-    # decode at batch 8: one tile of 64 rows for 8 of them, 8x the FLOPs of the math.
-    assert _num(tile_padding(sym("M")), M=8, gemm_tile_m=64) == pytest.approx(8.0)
-    assert _num(tile_padding(sym("M")), M=128, gemm_tile_m=64) == pytest.approx(1.0)
+    # N = 4096: 32 column tiles of 128, no column padding.
+    # 100 rows in tiles of 64: ceil(100/64) = 2 tiles = 128 rows, 128/100 = 1.28; 2 x 32 =
+    # 64 tiles < 132 SMs: split-K in floor(132/64) = 2, 128 pieces in one wave of 132 SMs,
+    # 132/128 = 1.03125 of it busy-or-idle: 1.28 x 1.03125 = 1.32.
+    assert _scale(100, 4096) == pytest.approx(1.28 * 132 / 128, rel=1e-12)
+    # decode at batch 8: one tile of 64 rows for 8 of them, 8x the FLOPs of the math
+    # (32 tiles: split 4, 128 pieces, 132/128 again).
+    assert _scale(8, 4096) == pytest.approx(8 * 132 / 128, rel=1e-12)
+    # 128 rows: 2 x 32 = 64 tiles, no padding, only the wave's 4 idle SMs.
+    assert _scale(128, 4096) == pytest.approx(132 / 128, rel=1e-12)
+
+
+def test_a_gemms_waves_by_hand() -> None:
+    # M = 512, N = 2176: 8 x 17 = 136 tiles of 64 x 128 on 132 SMs: 2 waves (264 tile
+    # slots, 128 of the second idle): 264/136 = 1.94118.
+    assert _scale(512, 2176) == pytest.approx(264 / 136, rel=1e-12)
+    # 132 tiles exactly (M = 768: 12 row tiles x N = 1408: 11): one full wave, 1.
+    assert _scale(768, 1408) == pytest.approx(1.0, rel=1e-12)
+    # 67 tiles (M = 64, N = 8576 = 67 x 128): too many to split-K in two (floor(132/67)
+    # = 1), one wave with 65 SMs idle: 132/67 = 1.97015.
+    assert _scale(64, 8576) == pytest.approx(132 / 67, rel=1e-12)
+    # 264 tiles (M = 1536: 24, N = 1408: 11): two full waves, 1.
+    assert _scale(1536, 1408) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_grouped_expert_gemm_tiles_by_hand() -> None:
+    # 4 experts of 16 rows each, N = 2048 (16 column tiles): 4 x 1 x 16 = 64 tiles, split
+    # floor(132/64) = 2, 128 pieces in one wave: 132/128; rows pad 16 -> 64: 4x.
+    assert _scale(16, 2048, groups=4) == pytest.approx(4 * 132 / 128, rel=1e-12)
+    # 9 experts: 144 tiles > 132: two waves, 264/144; rows 4x: 7.3333.
+    assert _scale(16, 2048, groups=9) == pytest.approx(4 * 264 / 144, rel=1e-12)
 
 
 def test_busiest_expert_rank_by_hand() -> None:
@@ -156,10 +190,11 @@ def _synthetic(n: int, truth: dict[str, float]) -> list[cal.Prepared]:
         terms["t_compute_s"] = rng.uniform(0, 2e-3, ops)
         terms["t_memory_s"] = rng.uniform(0, 2e-3, ops)
         terms["kernels"] = rng.integers(1, 400, ops).astype(float)
-        terms["gemm_rows"], terms["gemm_load"] = np.ones(ops), np.ones(ops)
+        for k in ("gemm_rows", "gemm_cols", "gemm_groups", "gemm_load"):
+            terms[k] = np.ones(ops)
         kind = cal.Kind((np.arange(ops) < 2).astype(float), np.zeros(ops), np.zeros(ops))  # 2 attention ops
         inputs = {k: float(v) for k, v in cal.ESTIMATE_DEFAULTS.items()}
-        inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8)
+        inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8, sms=132)
         row = cal.Row(Span("synthetic", i + 1, 1, i + 1, 2), "s", gpu, "decode", None, engine,
                       {"B": 1, "N": 1, "T": 1, "tp": 1, "ep": 1, "pp": 1, "dp": 1}, 1.0)
         p = cal.Prepared(row, np.ones(ops), terms, kind, 0.0, 0.0, inputs)
@@ -220,9 +255,10 @@ def test_attention_reads_at_eff_kv_other_ops_at_eff_mem() -> None:
     # kind: 4.3 us + max(10 us / 0.7, 1 ms / eff_mem 0.8) = 4.3 us + 1250 us.
     pieces = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_s": 1e-3,
               "t_comm_s": 0.0, "t_launch_s": 4e-6, "t_host_s": 0.0, "gemm_rows": 1.0,
-              "gemm_load": 1.0, "comm_latency_s": 0.0, "ring_steps": 0.0}
+              "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
+              "ring_steps": 0.0}
     params = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87, "eff_link": 0.8,
-              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, "gemm_tile_m": 64}
+              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, **H100_TILES}
     from infest.compiler.core.estimate_rule import NUMERIC
     attention = op_estimate(pieces, params, Kind.of("attention", False), NUMERIC)
     other = op_estimate(pieces, params, Kind.of("norm", False), NUMERIC)
@@ -323,7 +359,8 @@ def test_serve_uses_the_estimate_or_the_bound(batching: str) -> None:
     # row in 10^9: the estimate is the bound, mixed steps too (their GEMMs' rows are
     # fractional means, so a tile pads them by at most 1e-9 rows).
     ideal = {"eff_mem": 1, "eff_flops": 1, "eff_link": 1, "eff_attn": 1, "eff_kv": 1,
-             "launch_overhead": 0, "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9}
+             "launch_overhead": 0, "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9,
+             "gemm_tile_n": 1e-9}
     same = serve(_serve_engine("estimate"), request, ideal)
     assert same["tpot_s"] == pytest.approx(same["bound"]["tpot_s"], rel=1e-9)
     assert same["ttft_s"] == pytest.approx(same["bound"]["ttft_s"], rel=1e-9)
@@ -372,3 +409,29 @@ def test_a_mixed_step_without_prompt_tokens_is_the_pure_decode_step(spec: str) -
         mixed = mixed_step(a.runner, [pure, empty], total)
         for key in ("estimate_s", "roofline_s"):
             assert float(mixed[key]) == pytest.approx(float(pure[f"step.{key}"]), rel=1e-12), (d, key)
+
+
+def _gemm_shapes(overrides: dict) -> dict[str, tuple[float, float, float]]:
+    runner = analyze("mixtral_8x7b", hw="h200_sxm").runner
+    v = runner({i.name: float(i.value) for i in runner.inputs(overrides)})
+    return {op.name: tuple(float(v[f"ops.{i}.{k}"]) for k in ("gemm_rows", "gemm_cols", "gemm_groups"))
+            for i, op in enumerate(runner.ops) if op.kind in ("linear", "router")}
+
+
+def test_a_gemms_columns_and_groups_on_one_gpu() -> None:
+    # Mixtral (hidden 4096, 8 kv heads x 128, experts of ffn 14336, top-2 of 8) at B = 8.
+    tp2 = _gemm_shapes({"B": 8, "tp": 2, "ep": 1})
+    assert tp2["q"][1] == 4096 / 2 and tp2["k"][1] == 1024 / 2   # column-parallel: N / tp
+    assert tp2["o"][1] == 4096                                    # row-parallel: K split
+    assert tp2["logits"][1] == 32000 / 2                          # vocab-parallel head
+    # ep = 1: every expert split 2 ways, its up/gate by columns, its down by rows.
+    assert tp2["g"][1] == 14336 / 2 and tp2["d"][1] == 4096
+    # 8 tokens x top-2 of 8 experts touch 8 x (1 - (6/8)^8) = 7.19909 experts, each with
+    # 16 / 7.19909 = 2.22250 rows; every GPU holds a slice of each.
+    touched = 8 * (1 - 0.75 ** 8)
+    assert tp2["g"][2] == pytest.approx(touched, rel=1e-12)
+    assert tp2["g"][0] == pytest.approx(16 / touched, rel=1e-12)
+    # ep = 2: whole experts, 4 per GPU: N = 14336, half the touched experts on each.
+    ep2 = _gemm_shapes({"B": 8, "tp": 2, "ep": 2})
+    assert ep2["g"][1] == 14336 and ep2["g"][2] == pytest.approx(touched / 2, rel=1e-12)
+    assert ep2["q"][2] == 1.0

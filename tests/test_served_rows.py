@@ -23,7 +23,7 @@ HEADER = "spec,hardware,tp,engine,phase,B,N,quantity,measured,isl,osl,concurrenc
 # Efficiencies of 1, no kernel or ring-step latency, tiles of one row in 10^9: each op's
 # estimate is its bound (tests/test_estimates.py), so the tiny model's steps are by hand.
 IDEAL = {"eff_mem": 1, "eff_flops": 1, "eff_attn": 1, "eff_kv": 1, "eff_link": 1,
-         "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9}
+         "kernel_latency": 0, "coll_step_latency": 0, "gemm_tile_m": 1e-9, "gemm_tile_n": 1e-9}
 
 
 def _tiny_step(n: float) -> float:

@@ -45,7 +45,8 @@ import numpy as np
 
 from infest.compiler.analyses.served_rows import (SERVED_QUANTITIES, SERVING_COLUMNS, Served,
                                                  served)
-from infest.compiler.core.estimate_rule import ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate
+from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, HARDWARE_PARAMS, NUMERIC, Kind,
+                                                op_estimate)
 from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TIME_TERMS
 from infest.compiler.load.fields import ESTIMATE_DEFAULTS
@@ -64,8 +65,9 @@ EFF_MIN = 0.02               # the lowest efficiency the search tries (50x below
 GRID = 41                    # candidates per coefficient per round
 ROUNDS = 14                  # window halvings: the last step is ~1e-5 in ln(eff)
 FITTED = tuple(t.eff for t in TIME_TERMS if t.eff)
-# Every parameter the estimate reads (compiler/load/fields.py ESTIMATE_DEFAULTS).
-ESTIMATE_PARAMS = tuple(ESTIMATE_DEFAULTS)
+# Every parameter the estimate reads (compiler/load/fields.py ESTIMATE_DEFAULTS) and the
+# hardware's own fields it reads (the row's GPU's, never fitted).
+ESTIMATE_PARAMS = tuple(ESTIMATE_DEFAULTS) + HARDWARE_PARAMS
 REQUIRED = ("spec", "hardware", "B", "N")
 QUANTITIES = {"step_s": None, "tpot_s": "decode", "ttft_s": "prefill"}  # and the phase each needs
 LAYOUT = PARALLEL
@@ -284,7 +286,8 @@ def _prepared(row: Row, runner) -> Prepared:
     kinds = [Kind.of(op.kind, op.collective) for op in runner.ops]
     kind = Kind(*(np.array([getattr(k, f) for k in kinds], float)
                   for f in ("attention", "collective", "gemm")))
-    inputs = {k: float(point.get(k, ESTIMATE_DEFAULTS[k])) for k in ESTIMATE_PARAMS}
+    inputs = {k: float(point[k] if k in HARDWARE_PARAMS else point.get(k, ESTIMATE_DEFAULTS[k]))
+              for k in ESTIMATE_PARAMS}
     return Prepared(row, ops.pop("count"), ops, kind, float(values["step.roofline_s"]),
                     float(values["step.overlap_floor_s"]), inputs)
 

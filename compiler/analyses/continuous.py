@@ -274,11 +274,13 @@ def latencies(b: Budget, dec: Decoding, sched: Mapping[str, np.ndarray],
 # same rules by key (ESTIMATE_RULES): the kernels are the decode part's; a GEMM's rows add
 # over the parts (its M is the step's tokens; a last-token head's, the sequences the parts
 # finish; an expert GEMM's rows per touched expert add, slightly more than at all the
-# tokens together where few tokens touch many experts); the busiest expert rank's load
-# and a collective's latency are those of all the step's tokens.
+# tokens together where few tokens touch many experts); a GEMM's columns are its own, and
+# the experts touched (its GEMMs per launch), the busiest expert rank's load and a
+# collective's latency are those of all the step's tokens.
 MIXED_RULES = {"compute": "parts", "memory": "parts+weights", "comm": "total",
                "launch": "decode", "host": "total"}
-ESTIMATE_RULES = {"kernels": "decode", "gemm_rows": "parts", "gemm_load": "total",
+ESTIMATE_RULES = {"kernels": "decode", "gemm_rows": "parts", "gemm_cols": "total",
+                  "gemm_groups": "total", "gemm_load": "total",
                   "comm_latency_s": "total", "ring_steps": "total"}
 _RULES = {
     "parts": lambda parts, tot, fix, k: sum(p[k] for p in parts),

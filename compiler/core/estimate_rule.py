@@ -17,11 +17,18 @@ where eff is eff_attn for attention kernels and eff_flops otherwise, eff_m is ef
 for attention kernels (their bytes are the KV cache they read) and eff_mem otherwise,
 launches are the
 op's kernels (0 for a collective: its latency is its launch), and for a GEMM (linear,
-router) scale = ceil(M / gemm_tile_m) x gemm_tile_m / M x gemm_load: its M = gemm_rows
-rows pad up to whole tiles, and an expert GEMM waits for the busiest expert-parallel rank
-(gemm_load); scale is 1 for other kinds. M is never 0 where it matters (no rows, no
-FLOPs): the division guards it at MIN_ROWS so an empty part stays finite. The pieces
-besides the time terms are op keys of their own (PART_KEYS), forms like any other.
+router) scale = `gemm_scale` (1 for other kinds): the GEMM's time on whole tiles in whole
+waves over its ideal. Its M = gemm_rows rows and N = gemm_cols columns pad up to whole
+tiles of gemm_tile_m x gemm_tile_n; its gemm_groups GEMMs (an expert GEMM: the touched
+experts one GPU holds) make tiles = groups x ceil(M / tm) x ceil(N / tn) output tiles,
+one per SM at a time. Fewer tiles than SMs are split along K (split-K, as cuBLAS and
+CUTLASS do for skinny GEMMs) into split = max(1, floor(sms / tiles)) pieces each, so a
+GEMM runs waves = ceil(tiles / sms) waves of sms tiles and wastes the idle SMs of its
+last: fill = waves x sms / (tiles x split) >= 1. An expert GEMM then waits for the
+busiest expert-parallel rank (gemm_load). M, N and the tiles are never 0 where it matters
+(no rows, no FLOPs): the divisions guard them at MIN_ROWS so an empty part stays finite.
+The pieces besides the time terms are op keys of their own (PART_KEYS), forms like any
+other.
 """
 from __future__ import annotations
 
@@ -30,15 +37,18 @@ from typing import Any, Callable, Mapping
 
 from infest.compiler.core.terms import TERM_KEYS
 
-# Op keys the estimate reads besides the time terms: a GEMM's rows and its busiest rank's
-# load over the mean (1 and 1 for other kinds), a collective's fixed latency in seconds
-# and its ring steps (0 else).
-PART_KEYS = ("gemm_rows", "gemm_load", "comm_latency_s", "ring_steps")
+# Op keys the estimate reads besides the time terms: a GEMM's rows, columns on one GPU,
+# GEMMs per launch and its busiest rank's load over the mean (1 each for other kinds), a
+# collective's fixed latency in seconds and its ring steps (0 else).
+PART_KEYS = ("gemm_rows", "gemm_cols", "gemm_groups", "gemm_load", "comm_latency_s",
+             "ring_steps")
 MIN_ROWS = 1e-9   # the least M a tile's padding divides by (an empty part: 0 FLOPs anyway)
 # Everything one op's estimate reads from the forms, and the parameters it reads.
 ESTIMATE_OP_KEYS = ("time_s", "kernels") + TERM_KEYS + PART_KEYS
 ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
-                   "coll_step_latency", "gemm_tile_m")
+                   "coll_step_latency", "gemm_tile_m", "gemm_tile_n") + ("sms",)
+# The hardware's own fields the rule reads (a GPU's SMs run a GEMM's tiles in waves).
+HARDWARE_PARAMS = ("sms",)
 # Every runner lists these as inputs, whether or not its forms use them (a model without
 # collectives has no ring step): the estimate's parameters, the per-step overhead and
 # TTFT's per-request overhead, which no form uses (compiler/analyses/continuous.py
@@ -66,10 +76,25 @@ class Kind:
 
 @dataclass(frozen=True)
 class Math:
-    """The functions the rule needs: sympy's Max and ceiling, or numpy's."""
+    """The functions the rule needs: sympy's Max, ceiling and floor, or numpy's."""
 
     maximum: Callable[[Any, Any], Any]
     ceil: Callable[[Any], Any]
+    floor: Callable[[Any], Any]
+
+
+def gemm_scale(v: Mapping[str, Any], p: Mapping[str, Any], f: Math) -> Any:
+    """A GEMM's time on whole tiles in whole waves of the GPU's SMs, and at its busiest
+    expert rank, over its ideal time (module docstring); >= 1."""
+    rows, cols, tm, tn, sms = (v["gemm_rows"], v["gemm_cols"], p["gemm_tile_m"],
+                               p["gemm_tile_n"], p["sms"])
+    tiles = f.maximum(v["gemm_groups"] * f.ceil(rows / tm) * f.ceil(cols / tn), MIN_ROWS)
+    split = f.maximum(f.floor(sms / tiles), 1)    # split-K: fewer tiles than SMs
+    # padding x fill = (row tiles x tm / M)(column tiles x tn / N) x waves x sms /
+    # (tiles x split), and tiles = groups x row tiles x column tiles: the tile counts cancel.
+    # (N >= 1 on any GEMM; M and the groups are 0 in an empty part: guarded together)
+    busy = f.maximum(rows * v["gemm_groups"], MIN_ROWS) * cols
+    return tm * tn * f.ceil(tiles / sms) * sms / (busy * split) * v["gemm_load"]
 
 
 def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math) -> Any:
@@ -77,9 +102,7 @@ def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math)
     and parameters `p` (ESTIMATE_PARAMS)."""
     eff = kind.attention * p["eff_attn"] + (1 - kind.attention) * p["eff_flops"]
     eff_m = kind.attention * p["eff_kv"] + (1 - kind.attention) * p["eff_mem"]
-    rows, tile = v["gemm_rows"], p["gemm_tile_m"]
-    padded = f.ceil(rows / tile) * tile / f.maximum(rows, MIN_ROWS) * v["gemm_load"]
-    scale = kind.gemm * padded + (1 - kind.gemm)
+    scale = kind.gemm * gemm_scale(v, p, f) + (1 - kind.gemm)
     work = f.maximum(v["t_compute_s"] * scale / eff, v["t_memory_s"] / eff_m)
     latency = v["comm_latency_s"]
     comm = latency + v["ring_steps"] * p["coll_step_latency"] + (v["t_comm_s"] - latency) / p["eff_link"]
@@ -89,7 +112,7 @@ def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math)
 
 def _numeric() -> Math:
     import numpy as np     # numpy only where the numbers are evaluated
-    return Math(np.maximum, np.ceil)
+    return Math(np.maximum, np.ceil, np.floor)
 
 
 NUMERIC = _numeric()       # the rule over numpy arrays (calibration, continuous batching)

@@ -46,6 +46,7 @@ class OpNode:
     args: dict[str, sympy.Expr] = field(default_factory=dict)  # numeric args, d_in, d_out
     experts: tuple[sympy.Expr, sympy.Expr] | None = None  # (E, top_k) inside a moe body
     weight_share: sympy.Expr = sympy.Integer(1)  # of its weights one GPU holds (sharded)
+    cols_share: sympy.Expr = sympy.Integer(1)    # of its output columns one GPU computes
     kv_share: sympy.Expr = sympy.Integer(1)      # of its KV cache one GPU holds
     comm: "Collective | None" = None             # set on collective ops
     blocks: sympy.Expr | None = None             # thread blocks per launch, if stated

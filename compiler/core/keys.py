@@ -63,7 +63,8 @@ RESULT_KEYS: dict[str, KeyInfo] = {
     "active": KeyInfo("params", True),
     **{k: KeyInfo("GPUs", True) for k in PARALLEL_KEYS},
     # the estimate's per-op pieces (compiler/core/estimate_rule.py PART_KEYS)
-    "gemm_rows": KeyInfo("rows"), "gemm_load": KeyInfo(""), "comm_latency_s": _SECONDS,
+    "gemm_rows": KeyInfo("rows"), "gemm_cols": KeyInfo("columns"), "gemm_groups": KeyInfo(""),
+    "gemm_load": KeyInfo(""), "comm_latency_s": _SECONDS,
     "ring_steps": KeyInfo("steps", True),
 }
 
@@ -94,6 +95,8 @@ LABELS = {
     "t_host_s": "host-link time, offloaded experts fetched",
     "t_overhead_s": "engine overhead per step (estimate only)",
     "gemm_rows": "GEMM rows M (estimate: tiles pad them)",
+    "gemm_cols": "GEMM output columns N on one GPU (estimate: tiles pad them)",
+    "gemm_groups": "GEMMs per launch: touched experts on one GPU (estimate: tiles, waves)",
     "gemm_load": "busiest expert rank over the mean (estimate)",
     "comm_latency_s": "collective's fixed latency (estimate)",
     "ring_steps": "collective's ring steps (estimate)",

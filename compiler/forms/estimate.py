@@ -5,6 +5,11 @@ parameters are fields of compiler/load/fields.py (role "estimate" and the effici
 - gemm_rows: a GEMM's (linear, router) rows M, which pad up to whole tiles of
   gemm_tile_m rows, ceil(M / tm) x tm / M (an expert GEMM: M = the routed rows over the
   experts they touch, each expert its own tiles); 1 for other kinds;
+- gemm_cols: a GEMM's output columns N on one GPU (d_out, over tp where the pass splits
+  its columns), which pad up to whole tiles of gemm_tile_n; 1 for other kinds;
+- gemm_groups: the GEMMs one launch runs: 1, or an expert GEMM's touched experts among
+  the experts / ep one GPU holds; with M and N they make the output tiles the GPU's SMs
+  run in waves;
 - gemm_load: an expert GEMM waits for the busiest expert-parallel rank, min(ep, 1 +
   moe_skew x sqrt(2 ln(ep) / r)) times the mean load r of a rank; 1 for other ops;
 - comm_latency_s: a collective's fixed latency (the bound's per-call latency);
@@ -41,7 +46,8 @@ def _max(*args: object) -> sympy.Expr:
     return Max(*(sympy.Rational(str(a)) if isinstance(a, float) else a for a in args))
 
 
-SYMBOLIC = Math(_max, lambda x: sympy.ceiling(x, evaluate=False))
+SYMBOLIC = Math(_max, lambda x: sympy.ceiling(x, evaluate=False),
+                lambda x: sympy.floor(x, evaluate=False))
 
 
 def ring_steps(kind: str, gpus: sympy.Expr) -> sympy.Expr:
@@ -51,10 +57,13 @@ def ring_steps(kind: str, gpus: sympy.Expr) -> sympy.Expr:
     return sympy.Integer(1) if kind == "send_recv" else gpus - 1
 
 
-def tile_padding(rows: sympy.Expr) -> sympy.Expr:
-    """M rows padded to whole tiles of gemm_tile_m rows, over M: ceil(M / tm) x tm / M
-    (>= 1; 1 when M is a multiple of the tile), as the estimate's rule writes it."""
-    v = {"gemm_rows": rows, "gemm_load": sympy.Integer(1), "t_compute_s": sympy.Integer(1)}
+def tile_padding(rows: sympy.Expr, cols: sympy.Expr = sympy.Integer(1),
+                 groups: sympy.Expr = sympy.Integer(1)) -> sympy.Expr:
+    """A GEMM's time on whole tiles in whole waves over its ideal, as the estimate's rule
+    writes it (compiler/core/estimate_rule.py gemm_scale): >= 1; 1 when M and N are
+    multiples of the tile and the tiles fill whole waves of the GPU's SMs."""
+    v = {"gemm_rows": rows, "gemm_cols": cols, "gemm_groups": groups,
+         "gemm_load": sympy.Integer(1), "t_compute_s": sympy.Integer(1)}
     zero = {k: sympy.Integer(0) for k in ("t_memory_s", "comm_latency_s", "ring_steps",
                                             "t_comm_s", "kernels", "t_host_s", "time_s")}
     return combine({**v, **zero}, {**PARAMS, "eff_flops": sympy.Integer(1)},
@@ -87,6 +96,23 @@ def gemm_rows(node: "OpNode") -> sympy.Expr:
     return tokens * top_k / _max(touched_experts(experts, top_k, tokens), MIN_ROWS)
 
 
+def gemm_cols(node: "OpNode") -> sympy.Expr:
+    """A GEMM's output columns N on one GPU; 1 for other kinds (the rule ignores it)."""
+    if node.kind not in GEMM_KINDS:
+        return sympy.Integer(1)
+    return node.args["d_out"] * node.cols_share
+
+
+def gemm_groups(node: "OpNode") -> sympy.Expr:
+    """The GEMMs one launch of the op runs: an expert GEMM's touched experts among the
+    experts / ep one GPU holds (each expert its own tiles), else 1."""
+    if node.kind not in GEMM_KINDS or node.experts is None:
+        return sympy.Integer(1)
+    experts, top_k = node.experts
+    tokens = B * T * Max(TP, EP) / (TP * DP)   # tokens reaching one copy of the experts
+    return touched_experts(experts, top_k, tokens) / EP
+
+
 def gemm_load(node: "OpNode") -> sympy.Expr:
     """An expert GEMM's busiest rank over the mean (busiest_rank); 1 for other ops."""
     if node.kind not in GEMM_KINDS or node.experts is None:
@@ -100,7 +126,8 @@ def estimate_parts(node: "OpNode", links: Links) -> dict[str, sympy.Expr]:
     zero = sympy.Integer(0)
     fixed = call_time(node.comm, zero, links) if node.comm else zero
     steps = ring_steps(node.comm.kind, node.comm.gpus) if node.comm else zero
-    return {"gemm_rows": gemm_rows(node), "gemm_load": gemm_load(node),
+    return {"gemm_rows": gemm_rows(node), "gemm_cols": gemm_cols(node),
+            "gemm_groups": gemm_groups(node), "gemm_load": gemm_load(node),
             "comm_latency_s": fixed, "ring_steps": steps}
 
 

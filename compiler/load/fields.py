@@ -81,7 +81,10 @@ FIELD_TABLE = (
     _peak("int8", "int8"),
     _peak("tf32", "tf32"),
     _peak("fp32", "fp32"),
-    Field("sms", COUNT, "launch", "streaming multiprocessors (compute units)"),
+    Field("sms", COUNT, "launch", "streaming multiprocessors (compute units): the estimate "
+          "runs a GEMM's tiles in waves of them", Fraction(1), "not given: 1, every GEMM tile "
+          "its own wave (no wave quantization), said in the estimate's line; every shipped "
+          "GPU gives its own"),
     Field("launch_overhead", TIME, "launch", "smallest time any kernel takes", zero=True),
     Field("link_bw", BANDWIDTH, "link", "GPU-to-GPU link inside a node, one GPU, one direction"),
     Field("link_latency", TIME, "link", "time per collective call inside a node", zero=True),
@@ -134,6 +137,11 @@ FIELD_TABLE = (
           "GEMM tile rows: M rows pad up to a whole number of tiles (decode's M = batch)",
           Fraction(64), "Hopper wgmma: 64 rows per warpgroup MMA, the smallest tile CUTLASS "
           "and cuBLAS use", catalogue=False),
+    Field("gemm_tile_n", COUNT, "estimate",
+          "GEMM tile columns: N columns pad up to whole tiles; tiles run in waves of the "
+          "GPU's sms", Fraction(128), "CUTLASS 3's Hopper GEMM default tile 128 x 128 "
+          "(cutlass/gemm/collective/collective_builder.hpp examples; cuBLAS's common "
+          "128-wide tiles)", catalogue=False),
     Field("moe_skew", COUNT, "estimate",
           "routing skew: scales the busiest expert-parallel rank's excess load over the "
           "mean (1: uniform routing; 0: perfectly balanced)", Fraction(1),

@@ -74,6 +74,7 @@ class _Walk:
     alias: dict[str, str] = field(default_factory=dict)   # producer -> op that made it whole
     constraints: dict[tuple, Constraint] = field(default_factory=dict)
     in_body: tuple | None = None                           # the moe body being walked
+    body_input: str = ""                                   # the tokens the body reads
 
     def need(self, c: Constraint) -> None:
         """Record a layout constraint once."""
@@ -125,15 +126,18 @@ def _inputs(op: "OpNode", w: _Walk) -> list[tuple[str, Place]]:
 
 
 def _emit(op: "OpNode", w: _Walk, out: Place, work=ONE, weights=ONE, kv=ONE,
-          batch: sympy.Expr = B / DP) -> None:
+          batch: sympy.Expr = B / DP, cols=ONE) -> None:
     """Write the op as one GPU runs it: work (FLOPs, activations), weights and KV
-    divided by the GPUs sharing them, B replaced by the sequences this GPU serves."""
+    divided by the GPUs sharing them, B replaced by the sequences this GPU serves, `cols`
+    the share of a GEMM's output columns it computes (a column split; the estimate's
+    tiles)."""
     cost = op.cost.scale(flops=work, act_bytes=work, weight_bytes=weights, kv_bytes=kv)
     cost = Cost(*(_expr(v).xreplace({B: batch}) for v in
                   (cost.flops, cost.weight_bytes, cost.act_bytes, cost.kv_bytes, cost.kernels,
                    cost.comm_bytes)))
     inputs = tuple(w.alias.get(p, p) for p in op.inputs)
-    w.ops.append(replace(op, cost=cost, inputs=inputs, weight_share=weights, kv_share=kv))
+    w.ops.append(replace(op, cost=cost, inputs=inputs, weight_share=weights, kv_share=kv,
+                         cols_share=cols))
     # A last-token op (the LM head) holds one row per sequence: its gather moves B rows.
     w.places[op.name] = replace(out, tokens=batch) if op.last_token else out
 
@@ -204,7 +208,8 @@ def _linear(op: "OpNode", w: _Walk, tp) -> None:
         return
     row = place.state == "S"  # a split input: row-parallel, partial sums out
     _divides(w, op, op.args["d_in" if row else "d_out"], "row" if row else "column")
-    _emit(op, w, Place("P" if row else "S", tp), work=1 / tp, weights=1 / tp)
+    _emit(op, w, Place("P" if row else "S", tp), work=1 / tp, weights=1 / tp,
+          cols=ONE if row else 1 / tp)
 
 
 def _embed(op: "OpNode", w: _Walk, tp) -> None:
@@ -320,10 +325,15 @@ def _expert_op(op: "OpNode", w: _Walk) -> None:
     if op.kind == "moe":
         _expert_container(op, w, g, batch, mode)
         return
-    if w.in_body is None and mode == "all_to_all":
-        _dispatch(op, w, g, batch, op.experts[1], "dispatch")
+    if w.in_body is None:
+        w.body_input = op.inputs[0] if op.inputs else ""
+        if mode == "all_to_all":
+            _dispatch(op, w, g, batch, op.experts[1], "dispatch")
     w.in_body = op.experts
-    _emit(op, w, WHOLE, work=1 / g, weights=1 / g, batch=batch)
+    # Experts split over more GPUs than ep (g / ep ways; ep = 1: vLLM's TP-sharded experts)
+    # split the linears reading the tokens by columns, the others by rows (as _linear).
+    column = bool(op.inputs) and op.inputs[0] == w.body_input
+    _emit(op, w, WHOLE, work=1 / g, weights=1 / g, batch=batch, cols=EP / g if column else ONE)
 
 
 def _dispatch(src: "OpNode", w: _Walk, g, batch, top_k, what: str) -> None:

@@ -302,6 +302,9 @@ class ExcelPrinter(StrPrinter):
         return _int_literal(int(expr))
 
     def _print_Rational(self, expr: sympy.Rational) -> str:
+        power = len(str(expr.q)) - 1
+        if expr.p == 1 and expr.q == 10 ** power:   # 1/10^k, a guard such as MIN_ROWS: 1E-k
+            return f"1E-{power}"
         text = f"{_int_literal(expr.p)}/{_int_literal(expr.q)}"
         return _Fragment(text, PREC_MUL)
 

@@ -67,13 +67,15 @@ CASES = [
     ("llama3_1_8b.arch", "h100_sxm", "decode", {"hw": "h200_sxm"}),
     # A GPU without fp8 math typed into an H100's workbook: the same formulas pick bf16.
     ("llama3_1_8b_fp8.arch", "h100_sxm", "decode", {"flops_fp8": 0, "B": 64}),
+    # Two-batch overlap typed in: 0.7 of the smaller of the collectives and the rest hidden.
+    ("qwen3_30b_a3b.arch", "h100_sxm", "decode", {"tp": 4, "ep": 4, "B": 64, "comm_overlap": 0.7}),
 ]
 
 
 @pytest.mark.parametrize("spec,hw,phase,edits", CASES,
                          ids=["llama-defaults", "llama-edited", "llama-prefill", "qwen3-moe",
                               "llama-tp8-pp2", "qwen3-h200-picked-tp4-ep4", "llama-h200-picked",
-                              "fp8-peak-zeroed"])
+                              "fp8-peak-zeroed", "qwen3-tp4-ep4-overlap"])
 def test_workbook_equals_eval(tmp_path: Path, soffice: str, spec: str, hw: str, phase: str,
                               edits: dict) -> None:
     analysis = analyze(MODELS / spec, hw=hw, phase=phase)

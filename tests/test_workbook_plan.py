@@ -23,11 +23,12 @@ def _serving(spec: str, hw: str, policy: str | None = None):
 
 
 def _recalculated(tmp_path: Path, decode, edits: dict, soffice: str):
-    """Write the workbook, type `edits` into plan_<key> cells, recalculate."""
+    """Write the workbook, type `edits` into plan_<key> cells (in_<name>: that input's),
+    recalculate."""
     (tmp_path / "in").mkdir()
     src = write_workbook(decode, tmp_path / "in" / "book.xlsx", {}, decode)
-    return edit_and_recalculate(src, {f"plan_{k}": v for k, v in edits.items()},
-                                tmp_path / "out", soffice)
+    return edit_and_recalculate(src, {k if k.startswith("in_") else f"plan_{k}": v
+                                      for k, v in edits.items()}, tmp_path / "out", soffice)
 
 
 def _value(wb: openpyxl.Workbook, key: str):
@@ -60,9 +61,10 @@ CASES = [
      {"isl": 8000, "osl": 300, "concurrency": 5, "chunk": 256, "users": 100, "dp": 2}),
     # 64 clients, K = 512: q = 449, P = ceil(3000 / 449) = 7, 63 x 7 = 441 > 49 decode
     # steps: prompts shared, and 64 x (3000 + 49) / 512 - 49 = 332.1 steps to the first
-    # token (the budget binds); tp = 4, ep = 4 on the MoE.
+    # token (the budget binds); tp = 4, ep = 4 on the MoE, 0.7 of its collectives overlapped.
     ("qwen3_30b_a3b.arch", "h200_sxm", "full",
-     {"isl": 3000, "osl": 50, "concurrency": 64, "chunk": 512, "tp": 4, "ep": 4, "tpot_max": 5}),
+     {"isl": 3000, "osl": 50, "concurrency": 64, "chunk": 512, "tp": 4, "ep": 4, "tpot_max": 5,
+      "in_comm_overlap": 0.7}),
     # 4,096 x 30,000 tokens of KV cannot fit one H100: fits and ok FALSE.
     ("llama3_1_8b.arch", "h100_sxm", None, {"isl": 30000, "osl": 40, "concurrency": 4096}),
 ]
@@ -77,6 +79,7 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     sheet = {k: _value(wb, k) for k in ("users", "concurrency", "chunk", "isl", "osl",
                                          "tpot_max", "ttft_max", "tp", "ep", "pp", "dp")}
     layout = {k: sheet[k] for k in ("tp", "ep", "pp", "dp") if sheet[k] != 1}
+    layout.update({k[3:]: v for k, v in edits.items() if k.startswith("in_")})
     got = serve(Serving(decode, decode), Request(sheet["isl"], sheet["osl"],
                                                  sheet["concurrency"], chunk=sheet["chunk"]), layout)
     assert got["batching"] == "continuous"

@@ -21,10 +21,13 @@ MEASUREMENTS.csv has a header row and one row per measurement:
                ride the decode steps; compiler/analyses/served_rows.py); B and N then only
                place the step whose floor and bound the row reports
     chunk      that run's token budget per step (empty: serve's default, DEFAULT_CHUNK)
+    comm_overlap   the run's share of collectives hidden behind compute, 0 to 1 (empty:
+               0; 1: two-batch overlap, compiler/core/estimate_rule.py step_estimate)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
 the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
-compiler/forms/estimate.py compiles) plus the step overhead, so once each row's per-op
+compiler/forms/estimate.py compiles), the row's comm_overlap hidden, plus the step
+overhead, so once each row's per-op
 pieces are evaluated (one call of the generated code per row) the estimate at any
 parameters is a few numpy operations. The fit minimises the sum over rows of
 (ln estimate - ln measured)^2 with each efficiency in [EFF_MIN, 1]: a coordinate search
@@ -46,7 +49,7 @@ import numpy as np
 from infest.compiler.analyses.served_rows import (SERVED_QUANTITIES, SERVING_COLUMNS, Served,
                                                  served)
 from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, HARDWARE_PARAMS, NUMERIC, Kind,
-                                                op_estimate)
+                                                op_estimate, step_estimate)
 from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TIME_TERMS
 from infest.compiler.load.fields import ESTIMATE_DEFAULTS
@@ -87,6 +90,7 @@ class Row:
     point: dict[str, int]        # B, N, T (decode), tp, ep, pp, dp
     step_s: float                # the measured quantity, seconds
     text: dict[str, str] = field(default_factory=dict)   # every column as written
+    overlap: float = 0.0         # its comm_overlap: 1 where the run overlapped collectives
 
 
 @dataclass
@@ -113,8 +117,9 @@ class Prepared:
         if self.served is not None:
             return self.served.estimate(v)
         col = {k: np.asarray(v[k], float)[..., None] for k in ESTIMATE_PARAMS}
-        each = op_estimate(self.ops, col, self.kind, NUMERIC)
-        step = np.sum(self.count * each, axis=-1)
+        each = self.count * op_estimate(self.ops, col, self.kind, NUMERIC)
+        step = step_estimate(np.sum(each, axis=-1), np.sum(each * self.kind.collective, axis=-1),
+                             col["comm_overlap"][..., 0], NUMERIC)
         extra = col["step_overhead"][..., 0]
         if quantity(self.row) == "ttft_s":
             extra = extra + col["request_overhead"][..., 0]
@@ -185,7 +190,7 @@ def _row(record: Mapping[str, str | None], span: Span) -> Row:
         if not text.get(name):
             raise fail(span, f"the row has no {name}")
     return Row(span, text["spec"], text["hardware"], phase, text.get("policy") or None,
-               text.get("engine") or None, point, step, text)
+               text.get("engine") or None, point, step, text, _share(text, "comm_overlap", span))
 
 
 def _check_quantity(text: Mapping[str, str], phase: str, span: Span) -> None:
@@ -228,6 +233,18 @@ def _whole(text: Mapping[str, str], key: str, span: Span, default: int | None) -
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 13 or not 1 <= int(raw) <= 2**40:
         raise fail(span, f"{key} {raw!r}: expected a whole number from 1 to 2^40")
     return int(raw)
+
+
+def _share(text: Mapping[str, str], key: str, span: Span) -> float:
+    """An optional share in [0, 1] (empty: 0), e.g. comm_overlap: 1 for a run with
+    two-batch overlap, whose collectives hide behind the other micro-batch's compute."""
+    raw = text.get(key, "")
+    if not raw:
+        return 0.0
+    if not _DECIMAL.match(raw) or not 0 <= float(raw) <= 1:
+        raise fail(span, f"{key} {raw[:40]!r}: expected a share from 0 to 1",
+                   "1: the run overlapped its collectives with compute (two-batch overlap)")
+    return float(raw)
 
 
 def _number(text: Mapping[str, str], key: str, span: Span) -> float:
@@ -288,6 +305,7 @@ def _prepared(row: Row, runner) -> Prepared:
                   for f in ("attention", "collective", "gemm")))
     inputs = {k: float(point[k] if k in HARDWARE_PARAMS else point.get(k, ESTIMATE_DEFAULTS[k]))
               for k in ESTIMATE_PARAMS}
+    inputs["comm_overlap"] = row.overlap
     return Prepared(row, ops.pop("count"), ops, kind, float(values["step.roofline_s"]),
                     float(values["step.overlap_floor_s"]), inputs)
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, ESTIMATE_PARAMS, NUMERIC,
-                                                PART_KEYS, Kind, op_estimate)
+                                                PART_KEYS, Kind, op_estimate, step_estimate)
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 if TYPE_CHECKING:
@@ -301,10 +301,12 @@ def mixed_step(runner: "Runner", parts: list[Mapping[str, Any]], tot: Mapping[st
     (its bound time_s the largest mixed term), as compiler/forms/estimate.py writes it;
     the step adds the per-step overhead once."""
     params = {k: tot[k] for k in ESTIMATE_PARAMS if k in tot}
-    est, roof = tot.get("step_overhead", 0.0), 0.0
+    est, comm, roof = 0.0, 0.0, 0.0
     for count, v, kind in mixed_ops(runner, parts, tot):
-        est = est + count * op_estimate(v, params, kind, NUMERIC)
+        each = count * op_estimate(v, params, kind, NUMERIC)
+        est, comm = est + each, comm + each * kind.collective
         roof = roof + count * reduce(np.maximum, (v[k] for k in HARD_KEYS))
+    est = step_estimate(est, comm, tot.get("comm_overlap", 0.0), NUMERIC) + tot.get("step_overhead", 0.0)
     return {"estimate_s": np.asarray(est, float), "roofline_s": np.asarray(roof, float)}
 
 

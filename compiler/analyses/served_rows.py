@@ -25,7 +25,8 @@ import numpy as np
 from infest.compiler.analyses.continuous import (Budget, Decoding, chunk_mean,
                                                  clients_per_scheduler, hand_off_ops, latencies,
                                                  mixed_ops, point_forms, schedule, step_parts)
-from infest.compiler.core.estimate_rule import ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate
+from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate,
+                                                step_estimate)
 
 if TYPE_CHECKING:
     from infest.compiler.backend.runner import Runner
@@ -45,8 +46,12 @@ class StepPieces:
     kind: Kind
 
     def cost(self, params: Mapping[str, Any]) -> np.ndarray:
-        """Sum over ops of count x estimate (params broadcast ahead of the pieces' axes)."""
-        return np.sum(self.count * op_estimate(self.ops, params, self.kind, NUMERIC), axis=-1)
+        """Sum over ops of count x estimate, comm_overlap of the collectives' part hidden
+        (compiler/core/estimate_rule.py step_estimate; params broadcast ahead of the
+        pieces' axes)."""
+        each = self.count * op_estimate(self.ops, params, self.kind, NUMERIC)
+        return step_estimate(np.sum(each, axis=-1), np.sum(each * self.kind.collective, axis=-1),
+                             params["comm_overlap"][..., 0], NUMERIC)
 
 
 def stacked(items: Iterable[tuple[Any, Mapping[str, Any], Kind]], points: int) -> StepPieces:

@@ -223,9 +223,10 @@ def _check_sign(name: str, value: Fraction) -> None:
     from infest.compiler.load.hardware import in_range, sign_rule
     if in_range(name, value):
         return
+    share = "a share: 0 (none) to 1 (all)" if name in MAY_BE_ZERO else \
+        "an efficiency is achievable / datasheet speed"
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}",
-               "an efficiency is achievable / datasheet speed" if name in SHARES
-               else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
+               share if name in SHARES else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0")
 
 
 def _span(data: Mapping[str, Any] | None) -> Span | None:

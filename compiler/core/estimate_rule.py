@@ -53,7 +53,7 @@ HARDWARE_PARAMS = ("sms",)
 # collectives has no ring step): the estimate's parameters, the per-step overhead and
 # TTFT's per-request overhead, which no form uses (compiler/analyses/continuous.py
 # `latencies` reads it beside the forms). So every one is settable and in the workbook.
-ALWAYS_INPUTS = ESTIMATE_PARAMS + ("step_overhead", "request_overhead")
+ALWAYS_INPUTS = ESTIMATE_PARAMS + ("step_overhead", "request_overhead", "comm_overlap")
 # Op kinds whose math runs at eff_attn (FlashAttention-class kernels), and the GEMMs.
 ATTENTION_KINDS = frozenset({"attention", "mla", "indexer"})
 GEMM_KINDS = frozenset({"linear", "router"})
@@ -81,6 +81,16 @@ class Math:
     maximum: Callable[[Any, Any], Any]
     ceil: Callable[[Any], Any]
     floor: Callable[[Any], Any]
+    minimum: Callable[[Any, Any], Any]
+
+
+def step_estimate(total: Any, comm: Any, overlap: Any, f: Math) -> Any:
+    """A step's estimate from the sum of count x each op's estimate (`total`) and the
+    collectives' part of it (`comm`): a `comm_overlap` share of the smaller of the two
+    sides is hidden (two-batch overlap runs one micro-batch's collectives while the other
+    computes, so at full overlap the step takes the longer side). The result is never
+    below the overlap floor: max(comm, total - comm) is at least every hard term's sum."""
+    return total - overlap * f.minimum(comm, total - comm)
 
 
 def gemm_scale(v: Mapping[str, Any], p: Mapping[str, Any], f: Math) -> Any:
@@ -112,7 +122,7 @@ def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math)
 
 def _numeric() -> Math:
     import numpy as np     # numpy only where the numbers are evaluated
-    return Math(np.maximum, np.ceil, np.floor)
+    return Math(np.maximum, np.ceil, np.floor, np.minimum)
 
 
 NUMERIC = _numeric()       # the rule over numpy arrays (calibration, continuous batching)

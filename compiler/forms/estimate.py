@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 TP, EP, DP = sym("tp"), sym("ep"), sym("dp")
 STEP_OVERHEAD, REQUEST_OVERHEAD = sym("step_overhead"), sym("request_overhead")
+COMM_OVERLAP = sym("comm_overlap")
 PARAMS = {name: sym(name) for name in ESTIMATE_PARAMS}
 
 
@@ -47,7 +48,7 @@ def _max(*args: object) -> sympy.Expr:
 
 
 SYMBOLIC = Math(_max, lambda x: sympy.ceiling(x, evaluate=False),
-                lambda x: sympy.floor(x, evaluate=False))
+                lambda x: sympy.floor(x, evaluate=False), Min)
 
 
 def ring_steps(kind: str, gpus: sympy.Expr) -> sympy.Expr:

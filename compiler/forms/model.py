@@ -18,7 +18,9 @@ from infest.compiler.core.keys import COST_KEYS, STEP_KEYS
 from infest.compiler.core.functions import Max, floor
 from infest.compiler.core.ops import L, touched_experts
 from infest.compiler.passes.collectives import Links, call_time
-from infest.compiler.forms.estimate import STEP_OVERHEAD, estimate_parts, op_estimate
+from infest.compiler.core.estimate_rule import step_estimate
+from infest.compiler.forms.estimate import (COMM_OVERLAP, STEP_OVERHEAD, SYMBOLIC, estimate_parts,
+                                           op_estimate)
 from infest.compiler.passes.offload import host_bytes, host_time, offload_constraints, resident_share
 from infest.compiler.passes.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse, split_at_collectives
 from infest.compiler.passes.parallel import Layout, shard
@@ -131,16 +133,26 @@ def _step(model: CompiledModel, ops: list[dict[str, sympy.Expr]]) -> dict[str, s
     # The throughput ceiling comes from the serial-kernel bound: time_s adds the launch
     # floor, an assumption about the engine that a fused, graph-captured engine can beat.
     step["tokens_per_s"] = B * T / step["roofline_s"]
-    # The estimate: each op by its kind (compiler/forms/estimate.py), plus the engine's
-    # per-step overhead, a term of the estimate only.
+    # The estimate: each op by its kind (compiler/forms/estimate.py), the collectives'
+    # share hidden by comm_overlap (compiler/core/estimate_rule.py step_estimate), plus
+    # the engine's per-step overhead, a term of the estimate only.
     step["t_overhead_s"] = STEP_OVERHEAD
-    step["estimate_s"] = sympy.Add(*(op["count"] * op_estimate(node, op)
-                                     for op, node in zip(ops, model.ops))) + STEP_OVERHEAD
+    step["estimate_s"] = ops_estimate(ops, model) + STEP_OVERHEAD
     step["tokens_per_s_estimate"] = B * T / step["estimate_s"]
     step["collectives"] = sympy.Add(*(op["count"] for op, node in zip(ops, model.ops)
                                       if node.comm is not None))
     step["weights_floor_s"] = _active_weight_bytes(model) / MEM_BW
     return {k: step[k] for k in STEP_KEYS}
+
+
+def ops_estimate(ops: list[dict[str, sympy.Expr]], model: CompiledModel) -> sympy.Expr:
+    """Sum of count x each op's estimate, comm_overlap of the smaller of its collectives'
+    and its other ops' parts hidden (none where the step has no collective)."""
+    each = [(op["count"] * op_estimate(node, op), node.comm is not None)
+            for op, node in zip(ops, model.ops)]
+    total = sympy.Add(*(e for e, _ in each))
+    comm = sympy.Add(*(e for e, collective in each if collective))
+    return total if comm == 0 else step_estimate(total, comm, COMM_OVERLAP, SYMBOLIC)
 
 
 def _active_weight_bytes(model: CompiledModel) -> sympy.Expr:

@@ -40,7 +40,7 @@ class Field:
     hardware: bool = True     # a hardware block may set it
     zero: bool = False        # may be 0 (a latency; "none" for a peak or a measured ceiling)
     catalogue: bool = True    # every shipped hardware file gives it
-    unit_ratio: bool = False  # a ratio in (0, 1] (an efficiency)
+    unit_ratio: bool = False  # a ratio in (0, 1] (an efficiency; [0, 1] where `zero`)
 
     @property
     def unit(self) -> str:
@@ -151,6 +151,12 @@ FIELD_TABLE = (
           "per-step engine overhead: scheduling, sampling, host work (step.t_overhead_s)",
           Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
           zero=True, catalogue=False),
+    Field("comm_overlap", COUNT, "estimate",
+          "share of the collectives hidden behind compute: a step's estimate loses "
+          "comm_overlap x min(its collectives' part, the rest) (1: two-batch overlap, "
+          "SGLang --enable-two-batch-overlap, the step takes its longer side)", Fraction(0),
+          "0: collectives run between the kernels they feed (serial), unless a run says "
+          "it overlaps them", zero=True, catalogue=False, unit_ratio=True),
     Field("request_overhead", TIME, "estimate",
           "per-request overhead added to TTFT (tokenising, admission, first stream)",
           Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
@@ -177,7 +183,7 @@ EFFICIENCIES = {f.name: f.default for f in FIELD_TABLE if f.role == "efficiency"
 # Every parameter of the estimate and its default: the efficiencies, then the estimate's
 # own (what a hardware, an engine profile or --set may give; calibration fits them).
 ESTIMATE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE if f.role in ("efficiency", "estimate")}
-# Ratios in (0, 1]: the efficiencies, eff_attn and eff_kv.
+# Ratios in (0, 1]: the efficiencies, eff_attn and eff_kv; comm_overlap in [0, 1].
 SHARES = frozenset(f.name for f in FIELD_TABLE if f.unit_ratio)
 # efficiency -> (measured ceiling, datasheet ceiling): measured / datasheet when measured.
 MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),

@@ -73,14 +73,14 @@ def field_doc(name: str) -> tuple[str, str]:
 def sign_rule(name: str) -> str:
     """What a field's value must be, for messages: "positive", "0 or more" or "in (0, 1]"."""
     if name in SHARES:
-        return "in (0, 1]"
+        return "in [0, 1]" if may_be_zero(name) else "in (0, 1]"
     return "0 or more" if may_be_zero(name) else "positive"
 
 
 def in_range(name: str, value: Fraction) -> bool:
     """Whether a hardware field (or a --set of it) may take this value."""
     if name in SHARES:
-        return 0 < value <= 1
+        return (0 <= value if may_be_zero(name) else 0 < value) and value <= 1
     return value > 0 or (value == 0 and may_be_zero(name))
 
 

@@ -95,13 +95,15 @@ def _efficiencies(inputs: dict) -> str:
     4.3 us per kernel, ...; GEMM tiles 64 x 128 in waves of 132 SMs` (the estimate's
     parameters, compiler/core/estimate_rule.py; the shares in the field table's order)."""
     shares = [f"{f.name} {inputs[f.name]:g}" for f in FIELD_TABLE
-              if f.unit_ratio and f.name in inputs]
+              if f.unit_ratio and not f.zero and f.name in inputs]
     fixed = [f"{duration(inputs[k])} {what}" for k, what in
              (("kernel_latency", "per kernel"), ("coll_step_latency", "per ring step"),
               ("step_overhead", "per step")) if k in inputs]
     tiles = (f"; GEMM tiles {inputs['gemm_tile_m']:g} x {inputs['gemm_tile_n']:g} in waves of "
              f"{inputs['sms']:g} SMs" if {"gemm_tile_m", "gemm_tile_n", "sms"} <= set(inputs) else "")
-    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed) + tiles
+    hidden = (f"; comm_overlap {inputs['comm_overlap']:g} of the collectives hidden"
+              if inputs.get("comm_overlap") else "")
+    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed) + tiles + hidden
 
 
 def _per_gpu_rows(result: dict) -> list[list[str]]:

@@ -25,7 +25,7 @@ from infest.compiler.core.estimate_rule import PART_KEYS, Kind, op_estimate
 from infest.compiler.core.functions import Max
 from infest.compiler.core.symbols import sym
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS
-from infest.compiler.forms.estimate import PARAMS, STEP_OVERHEAD, SYMBOLIC
+from infest.compiler.forms.estimate import COMM_OVERLAP, PARAMS, STEP_OVERHEAD, SYMBOLIC
 from infest.exports.workbook.book import DERIVED_FONT, HEADER_FONT, READABLE_CHARS
 from infest.exports.workbook.excel_printer import excel_formula, excel_formula_split
 
@@ -99,6 +99,17 @@ def estimate_text(cells: Mapping[str, str], op: OpKind, names: Mapping[sympy.Sym
 def overhead_text(names: Mapping[sympy.Symbol, str]) -> str:
     """`+<the per-step overhead's cell>`: what a step's estimate adds beyond its ops."""
     return "+" + names[STEP_OVERHEAD]
+
+
+def step_estimate_text(count: str, estimate: str, ring: str,
+                       names: Mapping[sympy.Symbol, str]) -> str:
+    """A step's estimate from ranges of its ops' counts, estimates and ring steps (SIGN: 1
+    on a collective, 0 elsewhere): count x estimate summed, comm_overlap of the smaller of
+    the collectives' part and the rest hidden (compiler/core/estimate_rule.py
+    step_estimate), plus the per-step overhead."""
+    total = f"SUMPRODUCT({count},{estimate})"
+    comm = f"SUMPRODUCT({count},{estimate},SIGN({ring}))"
+    return f"{total}-{names[COMM_OVERLAP]}*MIN({comm},{total}-{comm})" + overhead_text(names)
 
 
 def bound_text(terms: Mapping[str, str]) -> str:
@@ -190,6 +201,7 @@ def _point_row(ws, row: int, point: Point, table: Table, templates: list[dict[st
             ws[table.cell(key, i, row)] = "=" + op_total(key, cells, ops[i], names)
     for key, letter in table.totals.items():
         cell = ws[f"{letter}{row}"]
-        cell.value = f"=SUMPRODUCT({table.block('count', row)},{table.block(key, row)})" \
-            + (overhead_text(names) if key == ESTIMATE else "")
+        count, own = table.block("count", row), table.block(key, row)
+        cell.value = "=" + (step_estimate_text(count, own, table.block("ring_steps", row), names)
+                            if key == ESTIMATE else f"SUMPRODUCT({count},{own})")
         cell.number_format = "0.000E+00"

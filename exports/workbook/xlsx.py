@@ -32,11 +32,10 @@ from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, PARAM_DOC, s
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
                                           KEY_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, set_formula, unit_of)
-from infest.exports.workbook.points import OpKind, estimate_text
+from infest.exports.workbook.points import OpKind, estimate_text, step_estimate_text
 from infest.exports.workbook.xlsx_names import Namer
 from infest.exports.workbook.xlsx_hardware import Picker, hardware_sheet, own_name
 from infest.compiler.core.estimate_rule import PART_KEYS
-from infest.compiler.forms.estimate import op_estimate
 
 from infest.exports.workbook.validation import cell_rule, rules_by_cell
 from infest.exports.workbook.xlsx_memory import groups_of, summary_sums, summary_table
@@ -507,8 +506,12 @@ def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic]
     first, last = ops_rows
     column = _op_letters().get(key) if section == "step" and key in _OPS_SUMMED else None
     if column:
-        text = f"=SUMPRODUCT(Ops!$D${first}:$D${last},Ops!${column}${first}:${column}${last})"
-        return text + _beyond_ops(b, key)
+        def ops(col: str) -> str:
+            return f"Ops!${col}${first}:${col}${last}"
+        if key == "estimate_s":
+            return "=" + step_estimate_text(ops("D"), ops(column), ops(_op_letters()["ring_steps"]),
+                                            b.names)
+        return f"=SUMPRODUCT({ops('D')},{ops(column)})"
     if expr == sympy.oo:  # max_batch / max_context that memory never bounds
         return UNBOUNDED_TEXT
     groups = b.analysis.forms.groups
@@ -520,18 +523,6 @@ def _summary_formula(b: Builder, namer: Namer, row: tuple[str, str, sympy.Basic]
 
 
 UNBOUNDED_TEXT = "unbounded (KV cache does not grow)"
-
-
-def _beyond_ops(b: Builder, key: str) -> str:
-    """What the step's estimate adds beyond count x each op's estimate (a per-step engine
-    overhead, say), as `+formula`; "" when it is exactly that sum (the other totals are
-    sums over ops by construction, compiler/forms/model.py)."""
-    if key != "estimate_s":
-        return ""
-    forms = b.analysis.forms
-    rest = forms.step[key] - sympy.Add(*(op["count"] * op_estimate(node, op)
-                                         for op, node in zip(forms.ops, forms.model.ops)))
-    return "" if rest == 0 else "+" + b.formula(rest)[1:]
 
 
 def _name_of(section: str, key: str) -> str:

@@ -41,7 +41,8 @@ from infest.compiler.forms.estimate import REQUEST_OVERHEAD
 from infest.exports.workbook.validation import cell_rule, rules_by_cell
 from infest.exports.workbook.xlsx_memory import plan_fits_rows, plan_group_table
 from infest.exports.workbook.points import (BOUND, ESTIMATE, OpKind, Point, Table,
-                                            bound_text, estimate_text, overhead_text, point_table)
+                                            bound_text, estimate_text, point_table,
+                                            step_estimate_text)
 
 if TYPE_CHECKING:
     from infest.compiler.api import Analysis
@@ -303,8 +304,10 @@ def _mixed_table(ws, top: int, parts: Table, kinds: list[OpKind], names) -> Tabl
                       for k, rule in ESTIMATE_RULES.items()}
             ws[table.cell(ESTIMATE, i, row)] = "=" + estimate_text({**terms, **pieces}, kinds[i], names)
         for key, letter in totals.items():
-            ws[f"{letter}{row}"] = f"=SUMPRODUCT({parts.block('count', total)},{table.block(key, row)})" \
-                + (overhead_text(names) if key == ESTIMATE else "")
+            count, own = parts.block("count", total), table.block(key, row)
+            ws[f"{letter}{row}"] = "=" + (
+                step_estimate_text(count, own, parts.block("ring_steps", total), names)
+                if key == ESTIMATE else f"SUMPRODUCT({count},{own})")
             ws[f"{letter}{row}"].number_format = "0.000E+00"
     return table
 

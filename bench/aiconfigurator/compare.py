@@ -75,7 +75,7 @@ EXPLAINED = {
     ("llama70b", "ttft, budget 8192"): "queueing factor 2.65 (README: TTFT)",
     ("llama70b", "plan: GPUs for 500 users"): "TPOT at tp4 C=64 is 57 ms in infest, 44 ms in "
     "aiconfigurator, either side of the 50 ms limit: the ~430 prompt tokens riding each step "
-    "run at the TensorRT-LLM profile's fitted eff_flops 0.52 in infest, at ~80% of peak in "
+    "run at the TensorRT-LLM profile's fitted eff_flops 0.53 in infest, at ~80% of peak in "
     "aiconfigurator's GEMM tables (README: Plan)",
 }
 

@@ -59,7 +59,8 @@ def _peak(fmt: str, doc: str, zero: bool = True) -> Field:
 
 
 # Efficiencies: achievable ceiling / datasheet ceiling, in (0, 1]. The estimate divides
-# each bound term by its efficiency (compiler/core/terms.py), so it never beats the bound.
+# each bound term by its efficiency (compiler/core/terms.py), so it never beats the bound
+# (a step with comm_overlap may beat the serial roofline, never the overlap floor).
 # - eff_mem 0.8: the HBM derate performance tools in use apply; a pure device-to-device
 #   copy reaches more (~4.3 of 4.8 TB/s = 0.9 measured on one H200 through PyTorch), a
 #   decode step's many smaller reads less. 0.8 is an assumption between the two.

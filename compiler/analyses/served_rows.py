@@ -39,31 +39,38 @@ SERVED_QUANTITIES = ("tpot_s", "ttft_s")
 @dataclass(frozen=True)
 class StepPieces:
     """Every op of one step (the last axis), at the points of the axes before it: its
-    count, its estimate's pieces (ESTIMATE_OP_KEYS) and its kind."""
+    count, its estimate's pieces (ESTIMATE_OP_KEYS), its kind and whether it is a
+    collective of the step's own ops (1) that comm_overlap may hide (not a pipeline's
+    extra hand-off, which serve adds beside the step: continuous.hand_off)."""
 
     count: np.ndarray
     ops: dict[str, np.ndarray]
     kind: Kind
+    hideable: np.ndarray
 
     def cost(self, params: Mapping[str, Any]) -> np.ndarray:
-        """Sum over ops of count x estimate, comm_overlap of the collectives' part hidden
-        (compiler/core/estimate_rule.py step_estimate; params broadcast ahead of the
-        pieces' axes)."""
+        """Sum over ops of count x estimate, comm_overlap of the step's collectives' part
+        hidden (compiler/core/estimate_rule.py step_estimate, as continuous.mixed_step
+        does; params broadcast ahead of the pieces' axes)."""
         each = self.count * op_estimate(self.ops, params, self.kind, NUMERIC)
-        return step_estimate(np.sum(each, axis=-1), np.sum(each * self.kind.collective, axis=-1),
+        return step_estimate(np.sum(each, axis=-1), np.sum(each * self.hideable, axis=-1),
                              params["comm_overlap"][..., 0], NUMERIC)
 
 
-def stacked(items: Iterable[tuple[Any, Mapping[str, Any], Kind]], points: int) -> StepPieces:
-    """StepPieces from (count, pieces, kind) per op, each broadcast to `points` points."""
-    items = list(items)
+def stacked(items: Iterable[tuple[Any, Mapping[str, Any], Kind]], points: int,
+            hand_offs: Iterable[tuple[Any, Mapping[str, Any], Kind]] = ()) -> StepPieces:
+    """StepPieces from (count, pieces, kind) per op, then per pipeline hand-off, each
+    broadcast to `points` points."""
+    items, extra = list(items), list(hand_offs)
+    hideable = np.array([k.collective for _, _, k in items] + [0] * len(extra), float)
+    items += extra
     def column(values: list[Any]) -> np.ndarray:
         return np.stack([np.broadcast_to(np.asarray(v, float), (points,)) for v in values], axis=-1)
     kinds = [k for _, _, k in items]
     kind = Kind(*(np.array([getattr(k, f) for k in kinds], float)
                   for f in ("attention", "collective", "gemm")))
     ops = {k: column([v[k] for _, v, _ in items]) for k in ESTIMATE_OP_KEYS}
-    return StepPieces(column([c for c, _, _ in items]), ops, kind)
+    return StepPieces(column([c for c, _, _ in items]), ops, kind, hideable)
 
 
 @dataclass(frozen=True)
@@ -104,9 +111,9 @@ def served(decode: "Runner", point: Mapping[str, int], request: Mapping[str, int
     sched = schedule(float(clients), budget, decoding)
     pieces, _, w = step_parts(point_forms(decode, base), float(clients), dp, budget, decoding, sched)
     points = int(np.shape(w)[-1])
-    mixed = stacked(list(mixed_ops(decode, [pieces[0], pieces[2]], pieces[3]))
-                    + list(hand_off_ops(decode, pieces[3])), points)
-    pure = stacked(list(_ops(decode, pieces[1])) + list(hand_off_ops(decode, pieces[1])), 1)
+    mixed = stacked(mixed_ops(decode, [pieces[0], pieces[2]], pieces[3]), points,
+                    hand_off_ops(decode, pieces[3]))
+    pure = stacked(_ops(decode, pieces[1]), 1, hand_off_ops(decode, pieces[1]))
     return Served(mixed, pure, np.asarray(w, float), sched, budget, decoding, quantity)
 
 

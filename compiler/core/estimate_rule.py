@@ -45,14 +45,15 @@ PART_KEYS = ("gemm_rows", "gemm_cols", "gemm_groups", "gemm_load", "comm_latency
 MIN_ROWS = 1e-9   # the least M a tile's padding divides by (an empty part: 0 FLOPs anyway)
 # Everything one op's estimate reads from the forms, and the parameters it reads.
 ESTIMATE_OP_KEYS = ("time_s", "kernels") + TERM_KEYS + PART_KEYS
-ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
-                   "coll_step_latency", "gemm_tile_m", "gemm_tile_n") + ("sms",)
 # The hardware's own fields the rule reads (a GPU's SMs run a GEMM's tiles in waves).
 HARDWARE_PARAMS = ("sms",)
+ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
+                   "coll_step_latency", "gemm_tile_m", "gemm_tile_n") + HARDWARE_PARAMS
 # Every runner lists these as inputs, whether or not its forms use them (a model without
-# collectives has no ring step): the estimate's parameters, the per-step overhead and
-# TTFT's per-request overhead, which no form uses (compiler/analyses/continuous.py
-# `latencies` reads it beside the forms). So every one is settable and in the workbook.
+# collectives has no ring step and no overlap of them): the estimate's parameters, the
+# per-step overhead, the collectives' overlap (step_estimate) and TTFT's per-request
+# overhead, which no form uses (compiler/analyses/continuous.py `latencies` reads it
+# beside the forms). So every one is settable and in the workbook.
 ALWAYS_INPUTS = ESTIMATE_PARAMS + ("step_overhead", "request_overhead", "comm_overlap")
 # Op kinds whose math runs at eff_attn (FlashAttention-class kernels), and the GEMMs.
 ATTENTION_KINDS = frozenset({"attention", "mla", "indexer"})
@@ -76,7 +77,7 @@ class Kind:
 
 @dataclass(frozen=True)
 class Math:
-    """The functions the rule needs: sympy's Max, ceiling and floor, or numpy's."""
+    """The functions the rule needs: sympy's Max, ceiling, floor and Min, or numpy's."""
 
     maximum: Callable[[Any, Any], Any]
     ceil: Callable[[Any], Any]

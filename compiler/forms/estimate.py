@@ -84,6 +84,11 @@ def busiest_rank(tokens: sympy.Expr, top_k: sympy.Expr) -> sympy.Expr:
     return Min(EP, 1 + excess)
 
 
+def expert_tokens() -> sympy.Expr:
+    """Tokens reaching one copy of the experts (a copy spans max(tp, ep) GPUs)."""
+    return B * T * Max(TP, EP) / (TP * DP)
+
+
 def gemm_rows(node: "OpNode") -> sympy.Expr:
     """A GEMM's rows M (an expert GEMM: the routed rows over the experts they touch, each
     its own GEMM); 1 for other kinds (the rule ignores it there)."""
@@ -92,7 +97,7 @@ def gemm_rows(node: "OpNode") -> sympy.Expr:
     if node.experts is None:
         return B / DP if node.last_token else B * T / DP
     experts, top_k = node.experts
-    tokens = B * T * Max(TP, EP) / (TP * DP)   # tokens reaching one copy of the experts
+    tokens = expert_tokens()
     # no tokens: no rows (the division guarded at MIN_ROWS as in the rule)
     return tokens * top_k / _max(touched_experts(experts, top_k, tokens), MIN_ROWS)
 
@@ -110,7 +115,7 @@ def gemm_groups(node: "OpNode") -> sympy.Expr:
     if node.kind not in GEMM_KINDS or node.experts is None:
         return sympy.Integer(1)
     experts, top_k = node.experts
-    tokens = B * T * Max(TP, EP) / (TP * DP)   # tokens reaching one copy of the experts
+    tokens = expert_tokens()
     return touched_experts(experts, top_k, tokens) / EP
 
 
@@ -119,7 +124,7 @@ def gemm_load(node: "OpNode") -> sympy.Expr:
     if node.kind not in GEMM_KINDS or node.experts is None:
         return sympy.Integer(1)
     experts, top_k = node.experts
-    return busiest_rank(B * T * Max(TP, EP) / (TP * DP), top_k)
+    return busiest_rank(expert_tokens(), top_k)
 
 
 def estimate_parts(node: "OpNode", links: Links) -> dict[str, sympy.Expr]:

@@ -140,9 +140,8 @@ FIELD_TABLE = (
           "and cuBLAS use", catalogue=False),
     Field("gemm_tile_n", COUNT, "estimate",
           "GEMM tile columns: N columns pad up to whole tiles; tiles run in waves of the "
-          "GPU's sms", Fraction(128), "CUTLASS 3's Hopper GEMM default tile 128 x 128 "
-          "(cutlass/gemm/collective/collective_builder.hpp examples; cuBLAS's common "
-          "128-wide tiles)", catalogue=False),
+          "GPU's sms", Fraction(128), "CUTLASS's Hopper (SM90) GEMM examples and unit tests: "
+          "TileShape Shape<_128,_128,_64>, 128 columns per tile", catalogue=False),
     Field("moe_skew", COUNT, "estimate",
           "routing skew: scales the busiest expert-parallel rank's excess load over the "
           "mean (1: uniform routing; 0: perfectly balanced)", Fraction(1),

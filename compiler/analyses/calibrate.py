@@ -27,9 +27,8 @@ MEASUREMENTS.csv has a header row and one row per measurement:
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
 the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
 compiler/forms/estimate.py compiles), the row's comm_overlap hidden, plus the step
-overhead, so once each row's per-op
-pieces are evaluated (one call of the generated code per row) the estimate at any
-parameters is a few numpy operations. The fit minimises the sum over rows of
+overhead, so once each row's per-op pieces are evaluated (one call of the generated code
+per row) the estimate at any parameters is a few numpy operations. The fit minimises the sum over rows of
 (ln estimate - ln measured)^2 with each efficiency in [EFF_MIN, 1]: a coordinate search
 on a log grid whose window halves every round. An efficiency no row's estimate depends
 on (eff_link without collectives) keeps its starting value and is reported as unfitted.

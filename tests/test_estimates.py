@@ -467,3 +467,46 @@ def test_a_gemms_columns_and_groups_on_one_gpu() -> None:
     ep2 = _gemm_shapes({"B": 8, "tp": 2, "ep": 2})
     assert ep2["g"][1] == 14336 and ep2["g"][2] == pytest.approx(touched / 2, rel=1e-12)
     assert ep2["q"][2] == 1.0
+
+
+def test_an_engine_build_adds_its_offset_to_its_familys(monkeypatch) -> None:
+    # Offsets add in ln: shared eff_mem 0.5, family e1 x 1.2, its build e2 x 1.1, GPU g x 0.9:
+    # e2 on g = 0.5 x 0.9 x 1.2 x 1.1 = 0.594; e1 on g = 0.5 x 0.9 x 1.2 = 0.54; a build never
+    # fitted (e3, of e1) gets its family's 0.54; an engine of no family, unseen, 0.45.
+    monkeypatch.setattr(jf, "_families", lambda: {"e2": "e1", "e3": "e1"})
+    f = jf.Fit({"eff_mem": 0.5}, {"g": {"eff_mem": math.log(0.9)}},
+               {"e1": {"eff_mem": math.log(1.2)}, "e2": {"eff_mem": math.log(1.1)}}, 0.0)
+    assert f.values("g", "e2")["eff_mem"] == pytest.approx(0.594, rel=1e-12)
+    assert f.values("g", "e1")["eff_mem"] == pytest.approx(0.54, rel=1e-12)
+    assert f.values("g", "e3")["eff_mem"] == pytest.approx(0.54, rel=1e-12)
+    assert f.values("g", "other")["eff_mem"] == pytest.approx(0.45, rel=1e-12)
+
+
+def test_a_build_held_out_is_predicted_from_its_family(monkeypatch) -> None:
+    # e2 is a build of e1 (its family): fitted without any e2 row, e2's rows get e1's fitted
+    # values, which recover the truth both share, so their error stays small.
+    monkeypatch.setattr(jf, "_families", lambda: {"e2": "e1"})
+    truth = {"eff_mem": 0.75, "eff_flops": 0.6, "eff_attn": 0.45, "eff_kv": 0.65, "eff_link": 0.8,
+             "kernel_latency": 5e-6, "step_overhead": 2e-4, "request_overhead": 0.0}
+    rows = _synthetic(60, truth)
+    f = jf.fit_all([p for p in rows if p.row.engine == "e1"])
+    assert "e2" not in f.engine
+    for p in (p for p in rows if p.row.engine == "e2"):
+        assert f.values(p.row.hardware, "e2") == f.values(p.row.hardware, "e1")
+        assert abs(float(p.estimate(f.values(p.row.hardware, "e2"))) / p.row.step_s - 1) < 0.02
+
+
+def test_shipped_builds_name_their_family() -> None:
+    # vLLM's ROCm build and SGLang's eras and ROCm build pool with their engine; the others
+    # are their own family.
+    families = {name: p.family for name, p in load_profiles().items()}
+    assert families["vllm-rocm"] == "vllm"
+    assert {families[n] for n in ("sglang-0.4", "sglang-2025", "sglang-rocm")} == {"sglang"}
+    assert families["trtllm"] == "trtllm" and families["sglang"] == "sglang"
+
+
+def test_a_profile_family_that_is_not_a_name_is_an_error(tmp_path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text('{"name": "x", "family": 3, "fields": {}}')
+    with pytest.raises(SpecError, match="'family' must be an engine name"):
+        read_profile(path)

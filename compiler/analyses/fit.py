@@ -1,12 +1,15 @@
 """One regularised fit of the estimate's parameters across GPUs and engines.
 
-Each parameter p of a row on GPU g under engine e is
+Each parameter p of a row on GPU g under engine e of family f is
 
-    p = exp(shared_p + gpu_p[g] + engine_p[e])      (an efficiency capped at 1)
+    p = exp(shared_p + gpu_p[g] + engine_p[f] + engine_p[e])    (an efficiency capped at 1)
 
 where `shared` holds the physics every row shares and the offsets hold what a GPU
 (eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_kv,
-kernel_latency, step_overhead, request_overhead) adds. A parameter no two engines share
+kernel_latency, step_overhead, request_overhead) adds. An engine profile that is a build
+or an era of another (its "family": vllm-rocm of vllm, sglang-0.4 of sglang) adds its own
+offset to its family's (engine_p[f], the same table; none when e is its own family), so a
+build measured on one GPU only is predicted elsewhere from what its family pays. A parameter no two engines share
 (ENGINE_ONLY: the per-request overhead) keeps its shared value at the prior's centre and
 lives in each engine's offset alone. The fit minimises, with
 `scipy.optimize.least_squares` inside bounds,
@@ -17,7 +20,7 @@ lives in each engine's offset alone. The fit minimises, with
 with each shared parameter pulled toward its documented default (PRIOR) and each offset
 toward 0 (GPU_SD, ENGINE_SD): a GPU or engine with few rows stays near the shared
 values, and one never seen (held out) gets exactly them, i.e. its datasheet and the
-shared physics. A fit whose shared parameter ends at a bound, or whose efficiency
+shared physics (an engine never seen: its family's offsets, where the family was). A fit whose shared parameter ends at a bound, or whose efficiency
 exceeds 1 before the cap, leaves its physical range and is reported so (`violations`).
 Held-out errors (leave-one-out, leave-one-GPU-out, leave-one-engine-out) refit without
 the held rows, at most MAX_REFITS times. Each row's estimate is a few numpy operations
@@ -27,6 +30,7 @@ vectorised evaluation per row: a fit of 63 rows takes about a second.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
@@ -86,17 +90,22 @@ class Fit:
     def values(self, gpu: str, engine: str) -> dict[str, float]:
         """Parameters of a (GPU, engine) pair: unseen ones add no offset."""
         out = {}
-        for name, value in self.shared.items():
-            log = math.log(value) + self.gpu.get(gpu, {}).get(name, 0.0) \
-                + self.engine.get(engine, {}).get(name, 0.0)
+        for name in self.shared:
+            log = self.log_value(gpu, engine, name)
             out[name] = min(1.0, math.exp(log)) if name in SHARES else math.exp(log)
         return out
+
+    def log_value(self, gpu: str, engine: str, name: str) -> float:
+        """ln of a parameter before the cap: shared + GPU + family + engine offsets."""
+        groups = dict.fromkeys((family(engine), engine))
+        return math.log(self.shared[name]) + self.gpu.get(gpu, {}).get(name, 0.0) \
+            + sum(self.engine.get(e, {}).get(name, 0.0) for e in groups)
 
 
 def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], list[str], list[str]]:
     """Every free coordinate: (param, None, 'shared') or (param, group, 'gpu'/'engine')."""
     gpus = sorted({p.row.hardware for p in rows})
-    engines = sorted({engine_of(p) for p in rows})
+    engines = sorted({e for p in rows for e in (engine_of(p), family(engine_of(p)))})
     coords = [(k, None, "shared") for k in PRIOR if k not in ENGINE_ONLY]
     coords += [(k, g, "gpu") for g in gpus for k in PER_GPU]
     coords += [(k, e, "engine") for e in engines for k in PER_ENGINE if _used(rows, e, k)]
@@ -104,15 +113,29 @@ def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], 
 
 
 def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
-    """request_overhead only moves TTFT rows: no offset for an engine without one."""
+    """request_overhead only moves TTFT rows: no offset for an engine (or a family)
+    without one."""
     from infest.compiler.analyses.calibrate import quantity
     return name != "request_overhead" or any(
-        engine_of(p) == engine and quantity(p.row) == "ttft_s" for p in rows)
+        engine in (engine_of(p), family(engine_of(p))) and quantity(p.row) == "ttft_s"
+        for p in rows)
 
 
 def engine_of(p: "Prepared") -> str:
     """A row's engine profile name (empty: eager)."""
     return p.row.engine or "eager"
+
+
+def family(engine: str) -> str:
+    """The family an engine profile belongs to (its "family" in specs/engines/*.json);
+    the built-in profiles (eager, graphs) and a profile naming none are their own."""
+    return _families().get(engine, engine)
+
+
+@functools.lru_cache(maxsize=1)
+def _families() -> dict[str, str]:
+    from infest.compiler.load.engine_profiles import load_profiles
+    return {name: p.family for name, p in load_profiles().items()}
 
 
 def _unpack(x: np.ndarray, coords) -> Fit:
@@ -134,10 +157,12 @@ def _residual_matrix(coords, rows: list["Prepared"]) -> Callable[[np.ndarray], n
     centre = np.array([math.log(PRIOR[k][0]) if kind == "shared" else 0.0 for k, _, kind in coords])
     sd = np.array([PRIOR[k][1] if kind == "shared" else (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
                    for k, _, kind in coords])
-    # Per row and parameter: the coordinates whose sum is ln(value) (shared, GPU, engine).
-    paths = [{k: [pos[c] for c in ((k, None, "shared"), (k, p.row.hardware, "gpu"),
-                                   (k, engine_of(p), "engine")) if c in pos] for k in PRIOR}
-             for p in rows]
+    # Per row and parameter: the coordinates whose sum is ln(value) (shared, GPU, family,
+    # engine; the family once when the engine is its own).
+    paths = [{k: [pos[c] for c in dict.fromkeys(
+                  ((k, None, "shared"), (k, p.row.hardware, "gpu"),
+                   (k, family(engine_of(p)), "engine"), (k, engine_of(p), "engine"))) if c in pos]
+              for k in PRIOR} for p in rows]
     base = {k: 0.0 if (k, None, "shared") in pos else math.log(PRIOR[k][0]) for k in PRIOR}
 
     def matrix(X: np.ndarray) -> np.ndarray:
@@ -188,7 +213,7 @@ def violations(f: Fit, pairs: set[tuple[str, str]]) -> list[str]:
     out = [f"{k} = {v:.4g} at its bound" for k, v in f.shared.items()
            if min(abs(math.log(v / b)) for b in BOUNDS[k]) < 1e-6]
     for (g, e), k in ((pair, k) for pair in sorted(pairs) for k in SHARES):
-        log = math.log(f.shared[k]) + f.gpu.get(g, {}).get(k, 0) + f.engine.get(e, {}).get(k, 0)
+        log = f.log_value(g, e, k)
         if log > 1e-9:
             out.append(f"{k} on {g} under {e} = {math.exp(log):.3g} > 1")
     return out

@@ -6,6 +6,10 @@ Each file is one JSON object:
      "launch_overhead": {"value": 1.5e-6, "source": "..."},
      "fields": {"step_overhead": {"value": 2e-4, "source": "..."}, ...}}
 
+An optional "family" names the engine a profile is a build or an era of (vllm-rocm:
+vllm; sglang-0.4: sglang): calibration (compiler/analyses/fit.py) pools a family's
+offsets, so a build seen on one GPU only still learns what its engine pays elsewhere.
+
 `fields` sets the estimate's parameters (compiler/load/fields.py, role "estimate") and the
 efficiencies (eff_mem, eff_flops, eff_link) an engine reaches; every number carries its
 source. A hardware file's own field and --set win over the engine's (the engine is a
@@ -23,11 +27,13 @@ from infest.dsl.errors import Span, fail
 
 MAX_PROFILE_BYTES = 64 * 1024      # a profile is a few dozen lines
 MAX_PROFILE_FIELDS = 64
+MAX_NAME_CHARS = 64                # an engine's or a family's name
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A loaded engine profile: whether fusions apply, the per-kernel floor, field values."""
+    """A loaded engine profile: whether fusions apply, the per-kernel floor, field values,
+    and the engine family it belongs to (its own name when it names none)."""
 
     name: str
     doc: str
@@ -35,6 +41,7 @@ class Profile:
     launch_overhead: Fraction | None
     fields: Mapping[str, Fraction]
     sources: Mapping[str, str]
+    family: str
 
 
 def engines_dir() -> Path:
@@ -74,8 +81,12 @@ def read_profile(path: Path) -> Profile:
     launch = data.get("launch_overhead")
     if launch is not None:
         launch, sources["launch_overhead"] = _number(launch, "launch_overhead", where)
-    return Profile(str(data.get("name", path.stem)), str(data.get("doc", "")),
-                   bool(data.get("fused", True)), launch, fields, sources)
+    name = str(data.get("name", path.stem))
+    family = data.get("family", name)
+    if not isinstance(family, str) or not family or len(family) > MAX_NAME_CHARS:
+        raise fail(where, f"'family' must be an engine name of 1 to {MAX_NAME_CHARS} characters")
+    return Profile(name, str(data.get("doc", "")), bool(data.get("fused", True)), launch,
+                   fields, sources, family)
 
 
 def _number(entry: Any, name: str, where: Span) -> tuple[Fraction, str]:

@@ -510,3 +510,16 @@ def test_a_profile_family_that_is_not_a_name_is_an_error(tmp_path) -> None:
     path.write_text('{"name": "x", "family": 3, "fields": {}}')
     with pytest.raises(SpecError, match="'family' must be an engine name"):
         read_profile(path)
+
+
+def test_the_fp8_kv_bench_spec_halves_deepseeks_latent_cache() -> None:
+    # bench/specs/deepseek_v3_kvfp8.arch (the InferenceX runs' --kv-cache-dtype fp8_e4m3):
+    # 61 layers x (kv_lora_rank 512 + rope 64) x 1 byte = 35,136 bytes a token, half the
+    # shipped bf16 spec's 61 x 576 x 2 = 70,272; the weights are the same.
+    point = {"B": 1, "N": 1024}
+    fp8 = analyze(ROOT / "bench" / "specs" / "deepseek_v3_kvfp8.arch", hw="b200",
+                  phase="decode").evaluate(point)["memory"]
+    bf16 = _analysis("deepseek_v3.arch", "b200", "decode").evaluate(point)["memory"]
+    assert fp8["kv_bytes_per_token"] == 61 * 576 * 1
+    assert bf16["kv_bytes_per_token"] == 61 * 576 * 2
+    assert fp8["weights_bytes"] == bf16["weights_bytes"]

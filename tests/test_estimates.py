@@ -523,3 +523,12 @@ def test_the_fp8_kv_bench_spec_halves_deepseeks_latent_cache() -> None:
     assert fp8["kv_bytes_per_token"] == 61 * 576 * 1
     assert bf16["kv_bytes_per_token"] == 61 * 576 * 2
     assert fp8["weights_bytes"] == bf16["weights_bytes"]
+
+
+def test_a_family_naming_no_profile_is_an_error(tmp_path) -> None:
+    # A typo in "family" would pool a build with nothing: the folder's load says which file.
+    (tmp_path / "vllm.json").write_text('{"name": "vllm", "fields": {}}')
+    (tmp_path / "vllm-rocm.json").write_text('{"name": "vllm-rocm", "family": "vlm", "fields": {}}')
+    with pytest.raises(SpecError, match="family 'vlm' names no engine profile") as exc:
+        load_profiles(tmp_path)
+    assert exc.value.diagnostics[0].span.file.endswith("vllm-rocm.json")

@@ -9,9 +9,9 @@ where `shared` holds the physics every row shares and the offsets hold what a GP
 kernel_latency, step_overhead, request_overhead) adds. An engine profile that is a build
 or an era of another (its "family": vllm-rocm of vllm, sglang-0.4 of sglang) adds its own
 offset to its family's (engine_p[f], the same table; none when e is its own family), so a
-build measured on one GPU only is predicted elsewhere from what its family pays. A parameter no two engines share
-(ENGINE_ONLY: the per-request overhead) keeps its shared value at the prior's centre and
-lives in each engine's offset alone. The fit minimises, with
+build measured on one GPU only is predicted elsewhere from what its family pays. A
+parameter no two engines share (ENGINE_ONLY: the per-request overhead) keeps its shared
+value at the prior's centre and lives in the engines' offsets alone. The fit minimises, with
 `scipy.optimize.least_squares` inside bounds,
 
     sum over rows ((ln estimate - ln measured) / NOISE_SD)^2
@@ -20,13 +20,14 @@ lives in each engine's offset alone. The fit minimises, with
 with each shared parameter pulled toward its documented default (PRIOR) and each offset
 toward 0 (GPU_SD, ENGINE_SD): a GPU or engine with few rows stays near the shared
 values, and one never seen (held out) gets exactly them, i.e. its datasheet and the
-shared physics (an engine never seen: its family's offsets, where the family was). A fit whose shared parameter ends at a bound, or whose efficiency
-exceeds 1 before the cap, leaves its physical range and is reported so (`violations`).
+shared physics (an engine never seen: its family's offsets, where the family was). A fit
+whose shared parameter ends at a bound, or whose efficiency exceeds 1 before the cap,
+leaves its physical range and is reported so (`violations`).
 Held-out errors (leave-one-out, leave-one-GPU-out, leave-one-engine-out) refit without
 the held rows, at most MAX_REFITS times. Each row's estimate is a few numpy operations
 (compiler/analyses/calibrate.py, compiler/analyses/served_rows.py) that take arrays of
 parameters, so the Jacobian's forward differences (one per coordinate) are one
-vectorised evaluation per row: a fit of 63 rows takes about a second.
+vectorised evaluation per row: a fit of 76 rows takes about a second.
 """
 from __future__ import annotations
 

@@ -51,9 +51,17 @@ def engines_dir() -> Path:
 
 
 def load_profiles(folder: Path | None = None) -> dict[str, Profile]:
-    """Every profile in the folder (default: the shipped ones), by name."""
+    """Every profile in the folder (default: the shipped ones), by name; a family must
+    name a profile of the same folder (a typo would pool a build with nothing)."""
     folder = engines_dir() if folder is None else folder
-    return {p.name: p for p in (read_profile(f) for f in sorted(folder.glob("*.json")))}
+    files = sorted(folder.glob("*.json"))
+    profiles = {p.name: (p, f) for p, f in ((read_profile(f), f) for f in files)}
+    for profile, path in profiles.values():
+        if profile.family not in profiles:
+            raise fail(Span(str(path), 1, 1, 1, 2),
+                       f"family '{profile.family[:MAX_NAME_CHARS]}' names no engine profile",
+                       f"known: {', '.join(sorted(profiles))}")
+    return {name: p for name, (p, _) in profiles.items()}
 
 
 def read_profile(path: Path) -> Profile:
@@ -84,7 +92,8 @@ def read_profile(path: Path) -> Profile:
     name = str(data.get("name", path.stem))
     family = data.get("family", name)
     if not isinstance(family, str) or not family or len(family) > MAX_NAME_CHARS:
-        raise fail(where, f"'family' must be an engine name of 1 to {MAX_NAME_CHARS} characters")
+        raise fail(where, f"'family' must be an engine name of 1 to {MAX_NAME_CHARS} characters",
+                   'e.g. "family": "vllm" for a build of vLLM')
     return Profile(name, str(data.get("doc", "")), bool(data.get("fused", True)), launch,
                    fields, sources, family)
 

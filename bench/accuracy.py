@@ -17,10 +17,11 @@ Three checks, one script:
    floor is an engine overlapping kernels: legitimate.)
 2. The estimate at the shipped engine profiles and the documented defaults, per row.
 3. One regularised fit across every GPU and engine (compiler/analyses/fit.py: shared
-   physics, per-GPU and per-engine offsets pulled toward the documented defaults), judged
-   in sample and held out: leave-one-out (each row predicted by a fit to the others),
-   leave-one-GPU-out (a GPU's rows from the shared values and its datasheet only) and
-   leave-one-engine-out. About 78 least-squares fits: half a minute on 2 cores.
+   physics, per-GPU, per-family and per-engine offsets pulled toward the documented
+   defaults), judged in sample and held out: leave-one-out (each row predicted by a fit to
+   the others), leave-one-GPU-out (a GPU's rows from the shared values, the engines'
+   offsets learnt elsewhere and its datasheet only) and leave-one-engine-out. One fit per
+   row, GPU and engine, plus one (94 for 76 rows): a minute and a half on 2 cores.
 
 --quick skips 3 (seconds once the specs are compiled; tests/test_accuracy.py runs it).
 --docs rewrites the table and the summary in docs/accuracy.md and the figure

@@ -199,7 +199,7 @@ def write_profiles(full: jf.Fit, rows: int) -> None:
             continue
         data = json.loads(path.read_text())
         values = full.values("", engine)
-        own = {**full.engine.get(jf.family(engine), {}), **full.engine[engine]}
+        own = {k for e in jf.engine_groups(engine) for k in full.engine.get(e, {})}
         data["fields"] = {k: {"value": float(f"{values[k]:.4g}"), "source": source}
                           for k in PROFILE_FIELDS if k != "request_overhead" or k in own}
         path.write_text(json.dumps(data, indent=2) + "\n")

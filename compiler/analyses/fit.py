@@ -98,15 +98,14 @@ class Fit:
 
     def log_value(self, gpu: str, engine: str, name: str) -> float:
         """ln of a parameter before the cap: shared + GPU + family + engine offsets."""
-        groups = dict.fromkeys((family(engine), engine))
         return math.log(self.shared[name]) + self.gpu.get(gpu, {}).get(name, 0.0) \
-            + sum(self.engine.get(e, {}).get(name, 0.0) for e in groups)
+            + sum(self.engine.get(e, {}).get(name, 0.0) for e in engine_groups(engine))
 
 
 def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], list[str], list[str]]:
     """Every free coordinate: (param, None, 'shared') or (param, group, 'gpu'/'engine')."""
     gpus = sorted({p.row.hardware for p in rows})
-    engines = sorted({e for p in rows for e in (engine_of(p), family(engine_of(p)))})
+    engines = sorted({e for p in rows for e in engine_groups(engine_of(p))})
     coords = [(k, None, "shared") for k in PRIOR if k not in ENGINE_ONLY]
     coords += [(k, g, "gpu") for g in gpus for k in PER_GPU]
     coords += [(k, e, "engine") for e in engines for k in PER_ENGINE if _used(rows, e, k)]
@@ -118,13 +117,19 @@ def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
     without one."""
     from infest.compiler.analyses.calibrate import quantity
     return name != "request_overhead" or any(
-        engine in (engine_of(p), family(engine_of(p))) and quantity(p.row) == "ttft_s"
+        engine in engine_groups(engine_of(p)) and quantity(p.row) == "ttft_s"
         for p in rows)
 
 
 def engine_of(p: "Prepared") -> str:
     """A row's engine profile name (empty: eager)."""
     return p.row.engine or "eager"
+
+
+def engine_groups(engine: str) -> tuple[str, ...]:
+    """The offset groups an engine's parameters add: its family's, then its own (once when
+    it is its own family)."""
+    return tuple(dict.fromkeys((family(engine), engine)))
 
 
 def family(engine: str) -> str:
@@ -158,12 +163,11 @@ def _residual_matrix(coords, rows: list["Prepared"]) -> Callable[[np.ndarray], n
     centre = np.array([math.log(PRIOR[k][0]) if kind == "shared" else 0.0 for k, _, kind in coords])
     sd = np.array([PRIOR[k][1] if kind == "shared" else (GPU_SD if kind == "gpu" else ENGINE_SD)[k]
                    for k, _, kind in coords])
-    # Per row and parameter: the coordinates whose sum is ln(value) (shared, GPU, family,
-    # engine; the family once when the engine is its own).
-    paths = [{k: [pos[c] for c in dict.fromkeys(
-                  ((k, None, "shared"), (k, p.row.hardware, "gpu"),
-                   (k, family(engine_of(p)), "engine"), (k, engine_of(p), "engine"))) if c in pos]
-              for k in PRIOR} for p in rows]
+    # Per row and parameter: the coordinates whose sum is ln(value) (shared, GPU, family
+    # and engine).
+    paths = [{k: [pos[c] for c in ((k, None, "shared"), (k, p.row.hardware, "gpu"),
+                                   *((k, e, "engine") for e in engine_groups(engine_of(p))))
+                  if c in pos] for k in PRIOR} for p in rows]
     base = {k: 0.0 if (k, None, "shared") in pos else math.log(PRIOR[k][0]) for k in PRIOR}
 
     def matrix(X: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from infest.compiler.analyses import calibrate as cal
+from infest.compiler.analyses.arrivals import closed_loop
+from infest.compiler.analyses.continuous import Budget, Decoding, schedule
 from infest.compiler.analyses.serve import Request, Serving, serve
 from infest.compiler.api import analyze
 from infest.dsl.errors import SpecError
@@ -44,11 +46,17 @@ def test_a_serving_row_is_costed_as_serve_by_hand(tmp_path: Path) -> None:
     m0, m1, pure = _tiny_step(2 + 510), _tiny_step(2 + 490), _tiny_step(3)
     s, r = 2e-6, 1e-3             # a step overhead on every step, a request overhead once
     params = {**IDEAL, "step_overhead": s, "request_overhead": r}
-    # TTFT: the two chunk steps, each with its step overhead, plus the request overhead.
-    assert float(ttft_row.estimate(params)) == pytest.approx(m0 + s + m1 + s + r, rel=1e-12)
     # TPOT: 4 mixed and 6 pure steps of the 10, every one with its overhead.
     tpot = (4 * (m0 + m1) / 2 + 6 * pure) / 10 + s
     assert float(tpot_row.estimate(params)) == pytest.approx(tpot, rel=1e-12)
+    # TTFT: the two chunk steps, each with its step overhead, plus the request overhead,
+    # plus the closed loop's queueing for the 2 other clients (tests/test_arrivals.py).
+    bare = m0 + s + m1 + s + r
+    closed = {"sched": schedule(3, Budget(1000, 11, 512), Decoding(1.0, 10.0)),
+              "mixed": (m0 + m1) / 2 + s, "pure": pure + s, "ttft": bare, "tpot": tpot}
+    queued = closed_loop(3, closed, Budget(1000, 11, 512), Decoding(1.0, 10.0))
+    assert float(queued["wait"]) > 0 and float(queued["residual"]) > 0
+    assert float(ttft_row.estimate(params)) == pytest.approx(float(queued["ttft"]), rel=1e-12)
 
 
 @pytest.mark.parametrize("pp", [1, 2])

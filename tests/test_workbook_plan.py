@@ -87,6 +87,8 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     _assert_metrics(wb, got["bound"], "bound_")
     assert _value(wb, "alone") is (got["schedule"]["prompts"] == "alone")
     assert _value(wb, "chunks") == got["schedule"]["chunks_per_prompt"]
+    for key, want in got["queueing"].items():      # the closed loop's TTFT terms
+        assert _value(wb, key) == pytest.approx(want, rel=1e-9, abs=1e-15), key
     replicas = math.ceil(sheet["users"] / sheet["concurrency"])
     assert _value(wb, "replicas") == replicas
     assert _value(wb, "gpus_needed") == replicas * got["gpus"]
@@ -103,7 +105,8 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
 def test_plan_sheet_equals_serve_under_an_engine_profile(tmp_path: Path, soffice: str) -> None:
     # sglang's profile sets a per-step and a per-request overhead (specs/engines/sglang.json):
     # every mixed and pure step on the sheet adds the first, the estimate's TTFT the second
-    # once (the bound's neither); the sheet's defaults equal serve's.
+    # once, before the closed loop's queueing (the bound's neither); the sheet's defaults
+    # equal serve's.
     decode = analyze(MODELS / "llama3_1_8b.arch", hw="h200_sxm", engine="sglang")
     wb = _recalculated(tmp_path, decode, {}, soffice)
     got = serve(Serving(decode, decode), Request(1024, 256, 16, chunk=2048), {})
@@ -112,7 +115,10 @@ def test_plan_sheet_equals_serve_under_an_engine_profile(tmp_path: Path, soffice
     _assert_metrics(wb, got["bound"], "bound_")
     request = decode.evaluate()["inputs"]["request_overhead"]
     mixed = _value(wb, "mixed_s")
-    assert _value(wb, "ttft_s") == pytest.approx(_value(wb, "ttft_steps") * mixed + request, rel=1e-12)
+    bare = _value(wb, "ttft_steps") * mixed + request
+    assert _value(wb, "bare_ttft_s") == pytest.approx(bare, rel=1e-12)
+    queued = sum(_value(wb, k) for k in ("residual_s", "wait_s", "share_s"))
+    assert _value(wb, "ttft_s") == pytest.approx(bare + queued, rel=1e-12)
 
 
 def test_plan_answer_reproduces_on_the_sheet(tmp_path: Path, soffice: str) -> None:

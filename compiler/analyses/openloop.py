@@ -7,18 +7,10 @@ schedule of compiler/analyses/continuous.py at c' = 1 + C clients (itself and th
 capped by the running limit (KV capacity at ISL + OSL, or --max-concurrency): C solves the
 fixed point C = lambda x E2E(1 + C), by bisection. TPOT is the closed loop's at c'.
 
-TTFT adds to the closed loop's (the prompt's own chunk steps, t_m each) three terms:
-
-- the step in progress: an arrival waits for it to end. Mean residual of a renewal process
-  = E_time[step] / 2 (the inspection paradox; Kleinrock, Queueing Systems I, 5.2), the
-  steps being mixed (t_m) a fraction lambda x P x t_m of the time, else pure decode (t_u);
-- the prompt tokens ahead of it: the token budget as a server (M/D/1, fixed shapes). A
-  prompt needs s = ISL / (K - t D) of a full step (D decoders riding, a full step costing
-  t_u + (K - t D) x delta, delta the cost of one prompt token: (t_m - t_u) / the prompt
-  tokens of a mixed step), utilisation rho_b = lambda s, and waits (Pollaczek-Khinchine)
-  W = lambda E[s^2] / (2 (1 - rho_b)) = rho_b s / (2 (1 - rho_b));
-- the prompts arriving during the step in progress after it (lambda x residual of them)
-  join its step while the budget has room: each adds its tokens x delta.
+TTFT adds to the closed loop's (the prompt's own chunk steps, t_m each) the three terms
+of compiler/analyses/arrivals.py at the Poisson rate: the step in progress (residual), the
+prompt tokens ahead of it (the M/D/1 wait, at the budget's utilisation rho_b) and the
+prompts that join its step (share).
 
 Utilisation rho = lambda / mu_max, mu_max = cap / E2E(cap), the closed loop's throughput
 at the cap (the most the rank completes). At rho >= 1 or rho_b >= 1 the queue grows
@@ -35,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from infest.compiler.analyses.arrivals import queueing
 from infest.compiler.analyses.continuous import Budget, Decoding
 
 BISECTION_STEPS = 50        # halvings of [0, cap - 1] for the fixed point C
@@ -42,27 +35,6 @@ PERCENTILES = (0.90, 0.99)
 
 # c -> {"sched": schedule(c), "mixed": t_m, "pure": t_u, "ttft": .., "tpot": ..} (arrays)
 Closed = Callable[[np.ndarray], Mapping[str, Any]]
-
-
-def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
-    """The open-loop TTFT terms at `closed` (the closed loop at c' = 1 + C): residual,
-    wait, share, rho_b, ttft (all arrays broadcast with rate)."""
-    lam = np.asarray(rate, dtype=float)
-    sched, t_m, t_u = closed["sched"], closed["mixed"], closed["pure"]
-    steps = sched["ttft_steps"]
-    busy = np.where(sched["alone"], np.minimum(1.0, lam * steps * t_m), 1.0)
-    residual = (busy * t_m + (1 - busy) * t_u) / 2
-    prompt_tokens = sched["prompts"] * sched["chunk"]
-    delta = (t_m - t_u) / prompt_tokens
-    room = b.chunk - dec.tokens * sched["mixed_decoders"]
-    s = b.isl / np.maximum(room, 1e-9) * t_u + b.isl * delta
-    rho_b = lam * s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        wait = np.where(rho_b < 1, rho_b * s / (2 * (1 - rho_b)), np.inf)
-    left = np.maximum(room - prompt_tokens, 0.0)      # budget left in its last step
-    share = np.minimum(lam * residual * b.isl, left) * delta
-    return {"residual": residual, "wait": wait, "share": share, "rho_b": rho_b,
-            "ttft": closed["ttft"] + residual + wait + share}
 
 
 def solve(rate: float, cap: float, closed: Closed, b: Budget, dec: Decoding) -> dict[str, Any]:

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from infest.compiler.analyses.arrivals import queued_latencies
 from infest.compiler.analyses.continuous import (Budget, Decoding, clients_per_scheduler,
-                                                 latencies, point_forms, schedule, step_costs)
+                                                 point_forms, schedule, step_costs)
 from infest.compiler.analyses.serve import (DEFAULT_BATCHING, DEFAULT_CHUNK, Request, busiest_batch,
                                             check_context, check_request, decode_contexts)
 from infest.compiler.core.keys import BUILTINS, PARALLEL
@@ -150,7 +151,7 @@ def _static_times(engine: "Serving", demand: Demand, base: Mapping[str, float],
 def _continuous_times(engine: "Serving", demand: Demand, base: Mapping[str, float],
                       layout: Mapping[str, np.ndarray], B: np.ndarray,
                       shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Continuous batching: serve's schedule and step costs at every layout x batch
+    """Continuous batching: serve's schedule, step costs and queueing at every layout x batch
     (B / dp clients on the busiest rank, ceil(B / dp / pp) in each of its pp micro-batches;
     the chunk points on the last axis)."""
     budget, dec = Budget(demand.isl, demand.osl, demand.chunk), Decoding(1.0, demand.osl - 1)
@@ -159,8 +160,8 @@ def _continuous_times(engine: "Serving", demand: Demand, base: Mapping[str, floa
     sched = schedule(c, budget, dec)
     forms = point_forms(engine.decode.compiled(list(base)), {**base, **layout, "T": 1.0})
     costs = step_costs(forms, engine.decode, c, dp, budget, dec, sched)
-    ttft, tpot = latencies(budget, dec, sched, costs[engine.key])
-    return np.broadcast_to(ttft, shape), np.broadcast_to(tpot, shape)
+    got = queued_latencies(c, budget, dec, sched, costs[engine.key], engine.key)
+    return np.broadcast_to(got["ttft"], shape), np.broadcast_to(got["tpot"], shape)
 
 
 def values_at(runner: "Runner", base: Mapping[str, float], point: Mapping[str, Any]) -> dict:

@@ -21,8 +21,10 @@ Continuous batching (the default; compiler/analyses/continuous.py, docs/serving.
 closed loop of C clients per replica (ceil(C / dp) on the busiest data-parallel rank, as
 static batching), every step carrying the decode tokens of the requests generating plus
 up to --chunk - those tokens of prompt tokens, from as many prompts as fit. TTFT = the
-wait for budget behind pending prompts + the prompt's own chunk steps; TPOT = the mean
-step a request decodes through, the steps carrying prompt chunks included.
+wait for budget behind pending prompts + the prompt's own chunk steps, and for the
+estimate the waits of an arrival at a busy rank (the step in progress, the other
+clients' prompts ahead of it: compiler/analyses/arrivals.py, `queueing` in JSON); TPOT =
+the mean step a request decodes through, the steps carrying prompt chunks included.
 
 Throughput, either way: a closed loop of C requests each taking E2E completes C / E2E
 requests per second (Little's law) and C x OSL / E2E output tokens.
@@ -35,8 +37,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from infest.compiler.analyses.arrivals import QUEUE_KEYS, queued_latencies
 from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
-                                                 latencies, point_forms, schedule, step_costs)
+                                                 point_forms, schedule, step_costs)
 from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
                                                   speculate, tokens_per_round)
 from infest.compiler.backend.runner import evaluate
@@ -244,17 +247,18 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     budget = Budget(r.isl, r.osl, r.chunk)
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
-        sched, out = plain
-        return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched)})
+        sched, out, queue = plain
+        return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched),
+                                      "queueing": queue})
     spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides, rank * dp)
-    sched, out = spec
+    sched, out, queue = spec
     ttft, tpot = _pair(engine, out)
     round_s = tpot[0] * tpr                    # a mean round: the steps per token x tokens
     base = plain[1][engine.key][1]
     notes = {**draft_notes(draft), "tokens_per_round": tpr, "round_s": round_s,
              "plain_tpot_s": base, "breakeven_acceptance": breakeven(draft.length, round_s / base)}
     return ttft, tpot, {**info, "fits": info["fits"] and fits, "speculative": notes,
-                        "schedule": schedule_summary(sched)}
+                        "schedule": schedule_summary(sched), "queueing": queue}
 
 
 def _pair(engine: Serving, out: Mapping[str, tuple[float, float]]):
@@ -264,7 +268,8 @@ def _pair(engine: Serving, out: Mapping[str, tuple[float, float]]):
 
 def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp: float,
                       overrides: Mapping[str, Any], draft: Draft | None = None):
-    """(schedule, {key: (TTFT, TPOT)}) of c clients on the busiest rank."""
+    """(schedule, {key: (TTFT, TPOT)}, the estimate's closed-loop queueing terms) of c
+    clients on the busiest rank (compiler/analyses/arrivals.py)."""
     base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
     sched = schedule(c, budget, dec)
     drafted = None
@@ -272,14 +277,24 @@ def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp
         drafted = point_forms(draft.engine.decode, _draft_base(draft, overrides))
     costs = step_costs(point_forms(engine.decode, base), engine.decode, c, dp, budget, dec,
                        sched, drafted, draft.length if draft else 0)
-    out = {}
+    out, queue = {}, {}
     for key in KEYS:
-        ttft, tpot = (float(v) for v in latencies(budget, dec, sched, costs[key]))
+        got = queued_latencies(c, budget, dec, sched, costs[key], key)
+        ttft, tpot = float(got["ttft"]), float(got["tpot"])
         if not (math.isfinite(ttft) and math.isfinite(tpot)):
             raise fail(None, f"serve: the step {key} is not finite at this request",
                        "check the hardware's bandwidths and peaks (`infest eval`)")
         out[key] = (ttft, tpot)
-    return sched, out
+        queue = queue or queue_summary(got)
+    return sched, out, queue
+
+
+def queue_summary(got: Mapping[str, Any]) -> dict[str, float]:
+    """The closed loop's TTFT terms as JSON (`queueing`): seconds, and the budget's
+    utilisation by the other clients' prompts."""
+    out = {f"{k}_s": float(got[k]) for k in QUEUE_KEYS}
+    return {**out, "budget_utilisation": float(got["rho_b"]),
+            "others_per_s": float(got["rate"])}
 
 
 def _draft_base(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, float]:

@@ -2,8 +2,9 @@
 
 A measurement of TPOT or TTFT from a serving run (a closed loop of `concurrency` clients
 sending prompts of `isl` tokens for `osl` output tokens, compiler/analyses/calibrate.py)
-is compared with serve's continuous-batching TPOT or TTFT (compiler/analyses/continuous.py)
-at the same request and token budget, not with one decode or prefill step: at concurrency
+is compared with serve's continuous-batching TPOT or TTFT (compiler/analyses/continuous.py,
+with the closed loop's queueing: compiler/analyses/arrivals.py) at the same request and
+token budget, not with one decode or prefill step: at concurrency
 C every request's prompt rides C - 1 other requests' decode steps, which a step time
 leaves out (at 5,000-token prompts and 50 clients, more than half of the measured TPOT).
 
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
+from infest.compiler.analyses.arrivals import QUEUED_KEY, queued_latencies
 from infest.compiler.analyses.continuous import (Budget, Decoding, chunk_mean,
-                                                 clients_per_scheduler, hand_off_ops, latencies,
-                                                 mixed_ops, point_forms, schedule, step_parts)
+                                                 clients_per_scheduler, hand_off_ops, mixed_ops,
+                                                 point_forms, schedule, step_parts)
 from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate,
                                                 step_estimate)
 
@@ -85,6 +87,7 @@ class Served:
     budget: Budget
     decoding: Decoding
     quantity: str
+    clients: float
 
     def estimate(self, values: Mapping[str, Any]) -> Any:
         """The row's TPOT or TTFT at these parameters (scalars or arrays that broadcast)."""
@@ -93,8 +96,9 @@ class Served:
         cost = {"mixed": chunk_mean(self.mixed.cost(col) + overhead[..., None], self.weights),
                 "pure": self.pure.cost(col)[..., 0] + overhead,
                 "request": col["request_overhead"][..., 0, 0]}
-        ttft, tpot = latencies(self.budget, self.decoding, self.schedule, cost)
-        return ttft if self.quantity == "ttft_s" else tpot
+        got = queued_latencies(self.clients, self.budget, self.decoding, self.schedule, cost,
+                               QUEUED_KEY)
+        return got["ttft"] if self.quantity == "ttft_s" else got["tpot"]
 
 
 def served(decode: "Runner", point: Mapping[str, int], request: Mapping[str, int],
@@ -114,7 +118,8 @@ def served(decode: "Runner", point: Mapping[str, int], request: Mapping[str, int
     mixed = stacked(mixed_ops(decode, [pieces[0], pieces[2]], pieces[3]), points,
                     hand_off_ops(decode, pieces[3]))
     pure = stacked(_ops(decode, pieces[1]), 1, hand_off_ops(decode, pieces[1]))
-    return Served(mixed, pure, np.asarray(w, float), sched, budget, decoding, quantity)
+    return Served(mixed, pure, np.asarray(w, float), sched, budget, decoding, quantity,
+                  float(clients))
 
 
 def _ops(runner: "Runner", values: Mapping[str, Any]):

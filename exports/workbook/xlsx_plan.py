@@ -15,8 +15,11 @@ sheet's own). The sheet then follows serve step by step, each quantity a named c
   the decode part (d requests at the mean context), the pure decode step (c requests),
   each chunk's prompt part and all its tokens together, with every op's terms; below it
   the mixed step per chunk, op by op, combined by continuous.py's MIXED_RULES;
-- TTFT = ttft_steps x the mean mixed step; TPOT = (mixed_steps x mixed + the other
-  decode steps x pure) / (OSL - 1); E2E, tokens/s and the rest as serve's `metrics`.
+- TTFT = ttft_steps x the mean mixed step (the estimate's plus the per-request overhead
+  and the closed loop's queueing: the step in progress, the other clients' prompts ahead,
+  those joining its step; compiler/analyses/arrivals.py); TPOT = (mixed_steps x mixed +
+  the other decode steps x pure) / (OSL - 1); E2E, tokens/s and the rest as serve's
+  `metrics`.
 
 The same rows with the hard bound (step.roofline_s) follow as `plan_bound_<key>`.
 Speculative decoding is not on this sheet (serve --draft).
@@ -363,17 +366,49 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
         steps = f"${get_column_letter(col)}${top}:${get_column_letter(col)}${bottom}"
         rows += [(f"{p}mixed_s", f"=SUMPRODUCT({w},{steps})/SUM({w})", "s",
                   ("" if not p else "bound: ") + "mean mixed step", "over the counted chunks")]
-        rows += _serve_rows(p, b.names[REQUEST_OVERHEAD])
+        rows += (_queue_rows(b.names[REQUEST_OVERHEAD]) if not p else []) + _serve_rows(p)
     return rows + _demand_rows(b)
 
 
-def _serve_rows(p: str, request: str) -> list[tuple]:
-    """serve's METRIC_KEYS after gpus and fits, named plan_<p><key> (p: "" or "bound_");
-    `request`: the per-request overhead's cell, which the estimate's TTFT adds once."""
+def _queue_rows(request: str) -> list[tuple]:
+    """The estimate's TTFT before queueing and the closed loop's three terms
+    (compiler/analyses/arrivals.py `closed_loop`); `request`: the per-request overhead's
+    cell, which the estimate's TTFT adds once."""
+    return [
+        ("bare_ttft_s", f"=plan_ttft_steps*plan_mixed_s+{request}", "s", "TTFT before queueing",
+         "ttft_steps x mixed step + request_overhead"),
+        ("others_per_s", "=(plan_clients-1)/(plan_bare_ttft_s+(plan_osl-1)*plan_tpot_s)",
+         "requests/s", "the other clients' arrivals, lambda", "(c - 1) / (bare TTFT + (OSL - 1) TPOT)"),
+        ("busy", "=IF(plan_alone,MIN(1,plan_others_per_s*plan_ttft_steps*plan_mixed_s),1)", "",
+         "share of the time in mixed steps", "alone: min(1, lambda P t_m); shared: 1"),
+        ("residual_s", "=MIN(1,plan_clients-1)*(plan_busy*plan_mixed_s+(1-plan_busy)*plan_pure_s)/2",
+         "s", "the step in progress, residual", "min(1, c - 1) x E_time[step] / 2"),
+        ("token_s", "=(plan_mixed_s-plan_pure_s)/(plan_prompts*plan_chunk_tokens)", "s",
+         "one prompt token's cost, delta", "(t_m - t_u) / prompt tokens of a mixed step"),
+        ("room", "=plan_chunk-plan_mixed_decoders", "tokens", "budget beside the decoders",
+         "K - decoders riding"),
+        ("prompt_s", "=plan_isl/MAX(plan_room,1E-9)*plan_pure_s+plan_isl*plan_token_s", "s",
+         "a prompt's share of the budget, s", "ISL / room x t_u + ISL x delta"),
+        ("budget_utilisation", "=plan_others_per_s*plan_prompt_s", "",
+         "the budget's utilisation, rho_b", "lambda s"),
+        ("wait_s", "=IF(plan_budget_utilisation<1,MIN(plan_budget_utilisation*plan_prompt_s"
+                   "/(2*(1-plan_budget_utilisation)),(plan_clients-1)*plan_prompt_s),"
+                   "(plan_clients-1)*plan_prompt_s)", "s", "the prompts ahead (M/D/1 wait)",
+         "min(rho_b s / (2 (1 - rho_b)), (c - 1) s)"),
+        ("share_s", "=MIN(plan_others_per_s*plan_residual_s*plan_isl,MAX(plan_room-plan_prompts"
+                    "*plan_chunk_tokens,0))*plan_token_s", "s", "prompts joining its step",
+         "min(lambda x residual x ISL, budget left) x delta"),
+    ]
+
+
+def _serve_rows(p: str) -> list[tuple]:
+    """serve's METRIC_KEYS after gpus and fits, named plan_<p><key> (p: "" or "bound_"):
+    the estimate's TTFT queued (_queue_rows), the bound's the bare schedule."""
     what = "bound: " if p else ""
     rows = {
-        "ttft_s": (f"=plan_ttft_steps*plan_{p}mixed_s" + ("" if p else f"+{request}"), "s", "TTFT",
-                   "ttft_steps x mixed step" + ("" if p else " + request_overhead")),
+        "ttft_s": ("=plan_bare_ttft_s+plan_residual_s+plan_wait_s+plan_share_s", "s", "TTFT",
+                   "bare TTFT + residual + wait + share") if not p else
+                  (f"=plan_ttft_steps*plan_{p}mixed_s", "s", "TTFT", "ttft_steps x mixed step"),
         "tpot_s": (f"=(plan_mixed_steps*plan_{p}mixed_s+(plan_steps-plan_mixed_steps)"
                    f"*plan_{p}pure_s)/(plan_osl-1)", "s", "TPOT",
                    "(mixed steps x mixed + the rest x pure) / (OSL - 1)"),

@@ -1,0 +1,106 @@
+"""What a prompt waits for when it arrives at a busy engine, in the open and the closed loop.
+
+The continuous-batching schedule (compiler/analyses/continuous.py) gives a prompt its own
+chunk steps as if it arrived just as the step before them ended and no other prompt were
+in the way. An arrival at a busy rank waits three more times (docs/serving.md):
+
+- `residual`: for the step in progress to end. The mean residual of a renewal process is
+  E_time[step] / 2 (the inspection paradox; Kleinrock, Queueing Systems I, 5.2), the
+  steps being mixed (t_m) a fraction `busy` = lambda x P x t_m of the time (prompts
+  alone; every step when they are shared), else pure decode (t_u);
+- `wait`: for the prompt tokens ahead of it. The token budget is a server (M/D/1, fixed
+  shapes): a prompt needs s = ISL / (K - t D) of a full step (D decoders riding, a full
+  step costing t_u + (K - t D) x delta, delta the cost of one prompt token: (t_m - t_u) /
+  the prompt tokens of a mixed step), utilisation rho_b = lambda s, and waits
+  (Pollaczek-Khinchine) W = rho_b s / (2 (1 - rho_b));
+- `share`: the prompts arriving during the step in progress after it (lambda x residual
+  of them) join its step while the budget has room: each adds its tokens x delta.
+
+The open loop (compiler/analyses/openloop.py) takes lambda as the Poisson rate of
+arrivals. The closed loop of c clients per rank takes lambda = (c - 1) / E2E, the other
+clients' requests per second (E2E before these terms, so no fixed point: the workbook
+writes it without iteration), and two limits of a finite population: at c = 1 nothing is
+running when a request arrives (no residual), and at most the other c - 1 prompts are
+ahead of it (W <= (c - 1) s, which also holds where rho_b reaches 1). These are means of
+an estimate; the hard bound keeps the bare schedule (an engine that preempted its step
+for the new prompt would wait less).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from infest.compiler.analyses.continuous import KEYS, Budget, Decoding, latencies
+
+QUEUE_KEYS = ("residual", "wait", "share")   # the terms TTFT adds, in order
+QUEUED_KEY = KEYS[0]                         # estimate_s: the bound is not queued
+
+
+def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
+    """The open loop's TTFT terms at arrivals `rate` per second on `closed` (the closed
+    loop's {sched, mixed, pure, ttft}): residual, wait, share, rho_b and ttft (arrays
+    broadcast with rate; wait is inf where rho_b >= 1)."""
+    lam = np.asarray(rate, dtype=float)
+    residual = _residual(lam, closed)
+    s, delta, room = _prompt_service(closed, b, dec)
+    rho_b = lam * s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait = np.where(rho_b < 1, rho_b * s / (2 * (1 - rho_b)), np.inf)
+    share = _share(lam, residual, closed, b, delta, room)
+    return {"residual": residual, "wait": wait, "share": share, "rho_b": rho_b,
+            "ttft": closed["ttft"] + residual + wait + share}
+
+
+def closed_loop(c: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
+    """The closed loop's TTFT terms for c clients per rank on `closed` ({sched, mixed,
+    pure, ttft, tpot}): lambda = (c - 1) / E2E, no residual at c = 1, W <= (c - 1) s."""
+    others = np.maximum(np.asarray(c, dtype=float) - 1.0, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = others / (closed["ttft"] + (b.osl - 1) * closed["tpot"])
+    residual = np.minimum(others, 1.0) * _residual(lam, closed)
+    s, delta, room = _prompt_service(closed, b, dec)
+    rho_b = lam * s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pk = np.where(rho_b < 1, rho_b * s / (2 * (1 - rho_b)), np.inf)
+    wait = np.minimum(pk, others * s)
+    share = _share(lam, residual, closed, b, delta, room)
+    return {"residual": residual, "wait": wait, "share": share, "rho_b": rho_b, "rate": lam,
+            "ttft": closed["ttft"] + residual + wait + share}
+
+
+def _residual(lam: Any, closed: Mapping[str, Any]) -> Any:
+    """E_time[step] / 2: mixed a fraction `busy` of the time, else pure decode."""
+    sched, t_m, t_u = closed["sched"], closed["mixed"], closed["pure"]
+    busy = np.where(sched["alone"], np.minimum(1.0, lam * sched["ttft_steps"] * t_m), 1.0)
+    return (busy * t_m + (1 - busy) * t_u) / 2
+
+
+def _prompt_service(closed: Mapping[str, Any], b: Budget, dec: Decoding):
+    """(s, delta, room): a prompt's share of the budget server in seconds, one prompt
+    token's cost and the budget left beside the decoders."""
+    sched, t_m, t_u = closed["sched"], closed["mixed"], closed["pure"]
+    delta = (t_m - t_u) / (sched["prompts"] * sched["chunk"])
+    room = b.chunk - dec.tokens * sched["mixed_decoders"]
+    return b.isl / np.maximum(room, 1e-9) * t_u + b.isl * delta, delta, room
+
+
+def _share(lam: Any, residual: Any, closed: Mapping[str, Any], b: Budget, delta: Any,
+           room: Any) -> Any:
+    """The tokens of prompts arriving during the step in progress that join its step."""
+    left = np.maximum(room - closed["sched"]["prompts"] * closed["sched"]["chunk"], 0.0)
+    return np.minimum(lam * residual * b.isl, left) * delta
+
+
+def queued_latencies(c: Any, b: Budget, dec: Decoding, sched: Mapping[str, Any],
+                     cost: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """(continuous.py `latencies`) TTFT and TPOT of c clients per rank at one cost key,
+    the estimate's TTFT with the closed loop's terms added (QUEUED_KEY only: the bound
+    keeps the bare schedule): {ttft, tpot} and, queued, the terms, rho_b and rate."""
+    ttft, tpot = latencies(b, dec, sched, cost)
+    if key != QUEUED_KEY:
+        return {"ttft": ttft, "tpot": tpot}
+    closed = {"sched": sched, "mixed": cost["mixed"], "pure": cost["pure"], "ttft": ttft,
+              "tpot": tpot}
+    return {**closed_loop(c, closed, b, dec), "tpot": tpot}

@@ -10,7 +10,7 @@ from infest.compiler.analyses.continuous import Budget, Decoding
 # One prompt alone in one mixed step of 100 ms (1,000 prompt tokens beside the 2 other
 # decoders), pure decode steps of 10 ms, a 2,048-token budget; ISL 1000, OSL 101.
 SCHED = {"alone": np.array(True), "ttft_steps": np.array(1.0), "prompts": np.array(1.0),
-         "chunk": np.array(1000.0), "mixed_decoders": np.array(2.0)}
+         "chunk": np.array(1000.0), "chunks": np.array(1.0), "mixed_decoders": np.array(2.0)}
 BUDGET, DECODING = Budget(1000, 101, 2048), Decoding(1.0, 100.0)
 
 

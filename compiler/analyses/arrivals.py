@@ -11,8 +11,8 @@ in the way. An arrival at a busy rank waits three more times (docs/serving.md):
 - `wait`: for the prompt tokens ahead of it. The token budget is a server (M/D/1, fixed
   shapes): a prompt needs s = ISL / (K - t D) of a full step (D decoders riding, a full
   step costing t_u + (K - t D) x delta, delta the cost of one prompt token: (t_m - t_u) /
-  the prompt tokens of a mixed step), utilisation rho_b = lambda s, and waits
-  (Pollaczek-Khinchine) W = rho_b s / (2 (1 - rho_b));
+  the prompt tokens of the mean mixed step, ISL / P when alone), utilisation
+  rho_b = lambda s, and waits (Pollaczek-Khinchine) W = rho_b s / (2 (1 - rho_b));
 - `share`: the prompts arriving during the step in progress after it (lambda x residual
   of them) join its step while the budget has room: each adds its tokens x delta.
 
@@ -81,9 +81,15 @@ def _prompt_service(closed: Mapping[str, Any], b: Budget, dec: Decoding):
     """(s, delta, room): a prompt's share of the budget server in seconds, one prompt
     token's cost and the budget left beside the decoders."""
     sched, t_m, t_u = closed["sched"], closed["mixed"], closed["pure"]
-    delta = (t_m - t_u) / (sched["prompts"] * sched["chunk"])
+    delta = (t_m - t_u) / _mean_prompt_tokens(sched, b)
     room = b.chunk - dec.tokens * sched["mixed_decoders"]
     return b.isl / np.maximum(room, 1e-9) * t_u + b.isl * delta, delta, room
+
+
+def _mean_prompt_tokens(sched: Mapping[str, Any], b: Budget) -> Any:
+    """Prompt tokens of the mean mixed step t_m: alone, a prompt's I tokens over its P
+    chunk steps (a short last chunk included); shared, the n parts of s tokens each."""
+    return np.where(sched["alone"], b.isl / sched["chunks"], sched["prompts"] * sched["chunk"])
 
 
 def _share(lam: Any, residual: Any, closed: Mapping[str, Any], b: Budget, delta: Any,

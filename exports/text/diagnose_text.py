@@ -180,7 +180,8 @@ def served_rows(v: dict) -> list[list[str]]:
     if v["measured_ttft_s"] is not None:
         rows.append(["TTFT measured / served estimate",
                      f"{duration(v['measured_ttft_s'])} / {duration(v['ttft_s'])} "
-                     f"({v['ttft_ratio']:.3g}x; no queueing modelled)"])
+                     f"({v['ttft_ratio']:.3g}x; the estimate waits as a closed loop's "
+                     "arrival: docs/serving.md)"])
     return rows
 
 

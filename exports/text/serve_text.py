@@ -18,7 +18,9 @@ MODEL = {
     "continuous": "continuous batching, closed loop: C clients per replica, each sending "
                   "its next request when one ends; every step carries the running "
                   "requests' decode tokens plus prompt chunks up to the token budget; "
-                  "TTFT = wait for budget + own chunk steps, TPOT includes the chunk steps",
+                  "TTFT = wait for budget + own chunk steps (the estimate's also the "
+                  "arrival's waits: the step in progress, the other prompts ahead, those "
+                  "joining its step), TPOT includes the chunk steps",
 }
 NOTE = ("estimate = each op by its kind (achievable shares eff_mem, eff_flops, eff_link, "
         "eff_attn, eff_kv of the datasheet; kernel and ring-step latency; GEMM tiles; the busiest "
@@ -65,11 +67,20 @@ def serve_text(r: Mapping[str, Any]) -> str:
         lines.append(_simulated_line(r["simulated"]))
     if "schedule" in r:
         lines.append(_schedule_line(r["schedule"]))
+    if r.get("queueing"):
+        lines.append(_queue_line(r["queueing"]))
     if "speculative" in r:
         lines.append(_speculative_line(r["speculative"]))
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+def _queue_line(q: Mapping[str, Any]) -> str:
+    """The estimate's TTFT terms of an arrival at a busy rank (docs/serving.md)."""
+    return (f"arrival waits in the estimate's TTFT: step in progress {duration(q['residual_s'])}, "
+            f"prompts ahead {duration(q['wait_s'])}, joining its step {duration(q['share_s'])} "
+            f"(token budget utilisation {q['budget_utilisation']:.3f})")
 
 
 _OPEN_ROWS = (("TTFT p90", "ttft_p90_s", duration), ("TTFT p99", "ttft_p99_s", duration),

@@ -383,8 +383,9 @@ def _queue_rows(request: str) -> list[tuple]:
          "share of the time in mixed steps", "alone: min(1, lambda P t_m); shared: 1"),
         ("residual_s", "=MIN(1,plan_clients-1)*(plan_busy*plan_mixed_s+(1-plan_busy)*plan_pure_s)/2",
          "s", "the step in progress, residual", "min(1, c - 1) x E_time[step] / 2"),
-        ("token_s", "=(plan_mixed_s-plan_pure_s)/(plan_prompts*plan_chunk_tokens)", "s",
-         "one prompt token's cost, delta", "(t_m - t_u) / prompt tokens of a mixed step"),
+        ("token_s", "=(plan_mixed_s-plan_pure_s)/IF(plan_alone,plan_isl/plan_chunks,"
+                    "plan_prompts*plan_chunk_tokens)", "s", "one prompt token's cost, delta",
+         "(t_m - t_u) / prompt tokens of the mean mixed step (alone: ISL / P)"),
         ("room", "=plan_chunk-plan_mixed_decoders", "tokens", "budget beside the decoders",
          "K - decoders riding"),
         ("prompt_s", "=plan_isl/MAX(plan_room,1E-9)*plan_pure_s+plan_isl*plan_token_s", "s",

@@ -347,8 +347,12 @@ def test_compile_writes_a_plan_sheet_in_either_phase(tmp_path: Path, phase: str)
     assert wb.sheetnames[wb.sheetnames.index("Sweep") + 1] == "Plan"
     assert named_cell(wb, "plan_tp").value == 2           # the layout the command set
     assert named_cell(wb, "plan_chunk").value == 2048     # serve's default token budget
-    # TTFT: the steps to the first token, plus the estimate's per-request overhead once
-    assert named_cell(wb, "plan_ttft_s").value == "=plan_ttft_steps*plan_mixed_s+base_request_overhead"
+    # TTFT: the steps to the first token, plus the estimate's per-request overhead once,
+    # then the closed loop's arrival waits
+    assert named_cell(wb, "plan_bare_ttft_s").value == \
+        "=plan_ttft_steps*plan_mixed_s+base_request_overhead"
+    assert named_cell(wb, "plan_ttft_s").value == \
+        "=plan_bare_ttft_s+plan_residual_s+plan_wait_s+plan_share_s"
 
 
 # Every shipped spec on one GPU, without LibreOffice: no formula on any sheet (helper

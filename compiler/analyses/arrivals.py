@@ -43,30 +43,32 @@ def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> 
     loop's {sched, mixed, pure, ttft}): residual, wait, share, rho_b and ttft (arrays
     broadcast with rate; wait is inf where rho_b >= 1)."""
     lam = np.asarray(rate, dtype=float)
-    residual = _residual(lam, closed)
-    s, delta, room = _prompt_service(closed, b, dec)
-    rho_b = lam * s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        wait = np.where(rho_b < 1, rho_b * s / (2 * (1 - rho_b)), np.inf)
-    share = _share(lam, residual, closed, b, delta, room)
-    return {"residual": residual, "wait": wait, "share": share, "rho_b": rho_b,
-            "ttft": closed["ttft"] + residual + wait + share}
+    return _terms(lam, _residual(lam, closed), closed, b, dec, None)
 
 
 def closed_loop(c: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
     """The closed loop's TTFT terms for c clients per rank on `closed` ({sched, mixed,
-    pure, ttft, tpot}): lambda = (c - 1) / E2E, no residual at c = 1, W <= (c - 1) s."""
+    pure, ttft, tpot}): lambda = (c - 1) / E2E, no residual at c = 1, W <= (c - 1) s;
+    with `rate`, lambda."""
     others = np.maximum(np.asarray(c, dtype=float) - 1.0, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = others / (closed["ttft"] + (b.osl - 1) * closed["tpot"])
     residual = np.minimum(others, 1.0) * _residual(lam, closed)
+    return {**_terms(lam, residual, closed, b, dec, others), "rate": lam}
+
+
+def _terms(lam: Any, residual: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding,
+           ahead: Any) -> dict[str, Any]:
+    """residual, the M/D/1 wait (at most `ahead` prompts' service when given), share,
+    rho_b and the TTFT with all three."""
     s, delta, room = _prompt_service(closed, b, dec)
     rho_b = lam * s
     with np.errstate(divide="ignore", invalid="ignore"):
-        pk = np.where(rho_b < 1, rho_b * s / (2 * (1 - rho_b)), np.inf)
-    wait = np.minimum(pk, others * s)
+        wait = np.where(rho_b < 1, rho_b * s / (2 * (1 - rho_b)), np.inf)
+    if ahead is not None:
+        wait = np.minimum(wait, ahead * s)
     share = _share(lam, residual, closed, b, delta, room)
-    return {"residual": residual, "wait": wait, "share": share, "rho_b": rho_b, "rate": lam,
+    return {"residual": residual, "wait": wait, "share": share, "rho_b": rho_b,
             "ttft": closed["ttft"] + residual + wait + share}
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.arrivals import QUEUE_KEYS, queued_latencies
+from infest.compiler.analyses.arrivals import QUEUE_KEYS, QUEUED_KEY, queued_latencies
 from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
                                                  point_forms, schedule, step_costs)
 from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
@@ -285,7 +285,8 @@ def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp
             raise fail(None, f"serve: the step {key} is not finite at this request",
                        "check the hardware's bandwidths and peaks (`infest eval`)")
         out[key] = (ttft, tpot)
-        queue = queue or queue_summary(got)
+        if key == QUEUED_KEY:
+            queue = queue_summary(got)
     return sched, out, queue
 
 

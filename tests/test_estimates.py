@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import sympy
 
+from infest.compiler.analyses.arrivals import QUEUE_KEYS
 from infest.compiler.analyses import calibrate as cal
 from infest.compiler.analyses import fit as jf
 from infest.compiler.analyses.serve import Request, Serving, serve
@@ -402,7 +403,7 @@ def _bare_ttft(r: dict) -> float:
     """The estimate's TTFT without the closed loop's queueing, which only the estimate
     adds (compiler/analyses/arrivals.py; static batching has none)."""
     q = r.get("queueing") or {}
-    return r["ttft_s"] - sum(q.get(k, 0.0) for k in ("residual_s", "wait_s", "share_s"))
+    return r["ttft_s"] - sum(q.get(f"{k}_s", 0.0) for k in QUEUE_KEYS)
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])

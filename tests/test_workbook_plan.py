@@ -9,6 +9,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 
+from infest.compiler.analyses.arrivals import QUEUE_KEYS
 from infest.compiler.api import analyze
 from infest.compiler.analyses.plan import Demand, plan
 from infest.compiler.analyses.serve import METRIC_KEYS, Serving, Request, serve
@@ -117,7 +118,7 @@ def test_plan_sheet_equals_serve_under_an_engine_profile(tmp_path: Path, soffice
     mixed = _value(wb, "mixed_s")
     bare = _value(wb, "ttft_steps") * mixed + request
     assert _value(wb, "bare_ttft_s") == pytest.approx(bare, rel=1e-12)
-    queued = sum(_value(wb, k) for k in ("residual_s", "wait_s", "share_s"))
+    queued = sum(_value(wb, f"{k}_s") for k in QUEUE_KEYS)
     assert _value(wb, "ttft_s") == pytest.approx(bare + queued, rel=1e-12)
 
 

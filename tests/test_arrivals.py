@@ -14,8 +14,9 @@ SCHED = {"alone": np.array(True), "ttft_steps": np.array(1.0), "prompts": np.arr
 BUDGET, DECODING = Budget(1000, 101, 2048), Decoding(1.0, 100.0)
 
 
-def _closed(ttft: float, tpot: float) -> dict:
-    return {"sched": SCHED, "mixed": 0.1, "pure": 0.01, "ttft": ttft, "tpot": tpot}
+def _closed(ttft: float, tpot: float, poll: float = 1.0) -> dict:
+    return {"sched": SCHED, "mixed": 0.1, "pure": 0.01, "poll": poll, "ttft": ttft,
+            "tpot": tpot}
 
 
 def test_three_clients_by_hand() -> None:
@@ -61,3 +62,18 @@ def test_the_open_loop_keeps_its_terms() -> None:
     s = 1000 / 2046 * 0.01 + 0.09
     assert float(q["wait"]) == pytest.approx(s * s / (2 * (1 - s)), rel=1e-12)
     assert np.isinf(queueing(20.0, _closed(0.1, 0.0), BUDGET, DECODING)["wait"])
+
+
+def test_a_scheduler_that_looks_every_30_decode_steps() -> None:
+    # poll_interval 30 (SGLang --scheduler-recv-interval 30), the three clients above
+    # (lambda 1 per s, mixed steps 0.1 of the time): in pure decode the scheduler looks
+    # every 30 x 0.01 = 0.3 s, so the residual is (0.1 x 0.1 + 0.9 x 0.3) / 2 = 0.14 s.
+    q = closed_loop(3, _closed(0.2, 0.018, poll=30.0), BUDGET, DECODING)
+    assert float(q["residual"]) == pytest.approx(0.14, rel=1e-12)
+    # The wait is the budget's (unchanged); 1 x 0.14 x 1000 = 140 prompt tokens arrive
+    # in the residual and join the step: 140 x 9e-5 = 0.0126 s.
+    s = 1000 / 2046 * 0.01 + 0.09
+    assert float(q["wait"]) == pytest.approx(s * s / (2 * (1 - s)), rel=1e-12)
+    assert float(q["share"]) == pytest.approx(0.0126, rel=1e-12)
+    # One client finds the scheduler idle, and an idle scheduler looks all the time.
+    assert float(closed_loop(1, _closed(0.2, 0.018, poll=30.0), BUDGET, DECODING)["residual"]) == 0

@@ -53,10 +53,40 @@ def test_a_serving_row_is_costed_as_serve_by_hand(tmp_path: Path) -> None:
     # plus the closed loop's queueing for the 2 other clients (tests/test_arrivals.py).
     bare = m0 + s + m1 + s + r
     closed = {"sched": schedule(3, Budget(1000, 11, 512), Decoding(1.0, 10.0)),
-              "mixed": (m0 + m1) / 2 + s, "pure": pure + s, "ttft": bare, "tpot": tpot}
+              "mixed": (m0 + m1) / 2 + s, "pure": pure + s, "poll": 1.0, "ttft": bare,
+              "tpot": tpot}
     queued = closed_loop(3, closed, Budget(1000, 11, 512), Decoding(1.0, 10.0))
     assert float(queued["wait"]) > 0 and float(queued["residual"]) > 0
     assert float(ttft_row.estimate(params)) == pytest.approx(float(queued["ttft"]), rel=1e-12)
+
+
+def test_a_serving_rows_poll_interval_moves_its_ttft(tmp_path: Path) -> None:
+    # The by-hand TTFT row above, its scheduler looking every 30 decode steps (a
+    # poll_interval column): the closed loop's terms at poll 30, its TPOT unchanged.
+    csv = tmp_path / "m.csv"
+    csv.write_text(HEADER.replace("\n", ",poll_interval\n")
+                   + f"{TINY},{ROUND},1,,prefill,1,1000,ttft_s,30e-6,1000,11,3,512,30\n"
+                   + f"{TINY},{ROUND},1,,decode,3,1005,tpot_s,7e-6,1000,11,3,512,30\n")
+    ttft_row, tpot_row = cal.prepare(cal.read_measurements(csv), str(ROUND), tmp_path)
+    [plain_ttft, plain_tpot] = _rows(tmp_path, f"{TINY},{ROUND},1,,prefill,1,1000,ttft_s,30e-6,1000,11,3,512\n"
+                                               f"{TINY},{ROUND},1,,decode,3,1005,tpot_s,7e-6,1000,11,3,512\n", ROUND)
+    assert ttft_row.inputs["poll_interval"] == 30 and plain_ttft.inputs["poll_interval"] == 1
+    m0, m1, pure = _tiny_step(2 + 510), _tiny_step(2 + 490), _tiny_step(3)
+    tpot = (4 * (m0 + m1) / 2 + 6 * pure) / 10
+    closed = {"sched": schedule(3, Budget(1000, 11, 512), Decoding(1.0, 10.0)),
+              "mixed": (m0 + m1) / 2, "pure": pure, "poll": 30.0, "ttft": m0 + m1, "tpot": tpot}
+    queued = closed_loop(3, closed, Budget(1000, 11, 512), Decoding(1.0, 10.0))
+    assert float(ttft_row.estimate(IDEAL)) == pytest.approx(float(queued["ttft"]), rel=1e-12)
+    assert float(ttft_row.estimate(IDEAL)) > float(plain_ttft.estimate(IDEAL))
+    assert float(tpot_row.estimate(IDEAL)) == float(plain_tpot.estimate(IDEAL))
+
+
+def test_a_poll_interval_below_one_is_refused(tmp_path: Path) -> None:
+    csv = tmp_path / "m.csv"
+    csv.write_text(HEADER.replace("\n", ",poll_interval\n")
+                   + f"{TINY},{ROUND},1,,decode,3,1005,tpot_s,7e-6,1000,11,3,512,0.5\n")
+    with pytest.raises(SpecError, match="poll_interval '0.5': expected decode steps from 1"):
+        cal.read_measurements(csv)
 
 
 @pytest.mark.parametrize("pp", [1, 2])

@@ -57,9 +57,11 @@ CASES = [
     ("llama3_1_8b.arch", "h100_sxm", None, {}),
     # dp = 2 over C = 5: 3 clients on the busiest rank; q = 256 - 2 = 254, so an 8,000-token
     # prompt takes P = ceil(8000 / 254) = 32 chunk steps > 16: the 16 slice midpoints;
-    # 2 x 32 = 64 <= 299 decode steps: alone.
+    # 2 x 32 = 64 <= 299 decode steps: alone. The scheduler looks for new requests every
+    # 10 decode steps (poll_interval): the residual's pure-decode cycle is 10 steps.
     ("llama3_1_8b.arch", "h100_sxm", None,
-     {"isl": 8000, "osl": 300, "concurrency": 5, "chunk": 256, "users": 100, "dp": 2}),
+     {"isl": 8000, "osl": 300, "concurrency": 5, "chunk": 256, "users": 100, "dp": 2,
+      "in_poll_interval": 10}),
     # 64 clients, K = 512: q = 449, P = ceil(3000 / 449) = 7, 63 x 7 = 441 > 49 decode
     # steps: prompts shared, and 64 x (3000 + 49) / 512 - 49 = 332.1 steps to the first
     # token (the budget binds); tp = 4, ep = 4 on the MoE, 0.7 of its collectives overlapped.
@@ -89,7 +91,12 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     assert _value(wb, "alone") is (got["schedule"]["prompts"] == "alone")
     assert _value(wb, "chunks") == got["schedule"]["chunks_per_prompt"]
     for key, want in got["queueing"].items():      # the closed loop's TTFT terms
-        assert _value(wb, key) == pytest.approx(want, rel=1e-9, abs=1e-15), key
+        cell = named_cell(wb, "in_poll_interval") if key == "poll_interval" else \
+            named_cell(wb, f"plan_{key}")
+        assert cell.value == pytest.approx(want, rel=1e-9, abs=1e-15), key
+    if "in_poll_interval" in edits:   # (busy t_m + (1 - busy) 10 t_u) / 2, c = 3 > 1
+        busy, t_m, t_u = (_value(wb, k) for k in ("busy", "mixed_s", "pure_s"))
+        assert _value(wb, "residual_s") == pytest.approx((busy * t_m + (1 - busy) * 10 * t_u) / 2)
     replicas = math.ceil(sheet["users"] / sheet["concurrency"])
     assert _value(wb, "replicas") == replicas
     assert _value(wb, "gpus_needed") == replicas * got["gpus"]

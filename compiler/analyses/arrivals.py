@@ -4,10 +4,13 @@ The continuous-batching schedule (compiler/analyses/continuous.py) gives a promp
 chunk steps as if it arrived just as the step before them ended and no other prompt were
 in the way. An arrival at a busy rank waits three more times (docs/serving.md):
 
-- `residual`: for the step in progress to end. The mean residual of a renewal process is
-  E_time[step] / 2 (the inspection paradox; Kleinrock, Queueing Systems I, 5.2), the
-  steps being mixed (t_m) a fraction `busy` = lambda x P x t_m of the time (prompts
-  alone; every step when they are shared), else pure decode (t_u);
+- `residual`: for the scheduler's next look for new requests. The mean residual of a
+  renewal process is E_time[cycle] / 2 (the inspection paradox; Kleinrock, Queueing
+  Systems I, 5.2). The scheduler looks after every step that carried prompt tokens (t_m
+  each, a fraction `busy` = lambda x P x t_m of the time with prompts alone; every step
+  when they are shared) and, in pure decode, every k = poll_interval steps (a cycle of
+  k t_u: SGLang's --scheduler-recv-interval k; k = 1, every step, elsewhere), so the
+  residual is (busy t_m + (1 - busy) k t_u) / 2;
 - `wait`: for the prompt tokens ahead of it. The token budget is a server (M/D/1, fixed
   shapes): a prompt needs s = ISL / (K - t D) of a full step (D decoders riding, a full
   step costing t_u + (K - t D) x delta, delta the cost of one prompt token: (t_m - t_u) /
@@ -40,7 +43,7 @@ QUEUED_KEY = KEYS[0]                         # estimate_s: the bound is not queu
 
 def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
     """The open loop's TTFT terms at arrivals `rate` per second on `closed` (the closed
-    loop's {sched, mixed, pure, ttft}): residual, wait, share, rho_b and ttft (arrays
+    loop's {sched, mixed, pure, poll, ttft}): residual, wait, share, rho_b and ttft (arrays
     broadcast with rate; wait is inf where rho_b >= 1)."""
     lam = np.asarray(rate, dtype=float)
     return _terms(lam, _residual(lam, closed), closed, b, dec, None)
@@ -48,7 +51,7 @@ def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> 
 
 def closed_loop(c: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
     """The closed loop's TTFT terms for c clients per rank on `closed` ({sched, mixed,
-    pure, ttft, tpot}): lambda = (c - 1) / E2E, no residual at c = 1, W <= (c - 1) s;
+    pure, poll, ttft, tpot}): lambda = (c - 1) / E2E, no residual at c = 1, W <= (c - 1) s;
     with `rate`, lambda."""
     others = np.maximum(np.asarray(c, dtype=float) - 1.0, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -73,10 +76,11 @@ def _terms(lam: Any, residual: Any, closed: Mapping[str, Any], b: Budget, dec: D
 
 
 def _residual(lam: Any, closed: Mapping[str, Any]) -> Any:
-    """E_time[step] / 2: mixed a fraction `busy` of the time, else pure decode."""
+    """E_time[cycle] / 2 to the scheduler's next look: a mixed step a fraction `busy` of
+    the time, else `poll` pure decode steps."""
     sched, t_m, t_u = closed["sched"], closed["mixed"], closed["pure"]
     busy = np.where(sched["alone"], np.minimum(1.0, lam * sched["ttft_steps"] * t_m), 1.0)
-    return (busy * t_m + (1 - busy) * t_u) / 2
+    return (busy * t_m + (1 - busy) * closed["poll"] * t_u) / 2
 
 
 def _prompt_service(closed: Mapping[str, Any], b: Budget, dec: Decoding):
@@ -105,10 +109,10 @@ def queued_latencies(c: Any, b: Budget, dec: Decoding, sched: Mapping[str, Any],
                      cost: Mapping[str, Any], key: str) -> dict[str, Any]:
     """(continuous.py `latencies`) TTFT and TPOT of c clients per rank at one cost key,
     the estimate's TTFT with the closed loop's terms added (QUEUED_KEY only: the bound
-    keeps the bare schedule): {ttft, tpot} and, queued, the terms, rho_b and rate."""
+    keeps the bare schedule): {ttft, tpot} and, queued, the terms, rho_b, rate and poll."""
     ttft, tpot = latencies(b, dec, sched, cost)
     if key != QUEUED_KEY:
         return {"ttft": ttft, "tpot": tpot}
-    closed = {"sched": sched, "mixed": cost["mixed"], "pure": cost["pure"], "ttft": ttft,
-              "tpot": tpot}
-    return {**closed_loop(c, closed, b, dec), "tpot": tpot}
+    closed = {"sched": sched, "mixed": cost["mixed"], "pure": cost["pure"],
+              "poll": cost["poll"], "ttft": ttft, "tpot": tpot}
+    return {**closed_loop(c, closed, b, dec), "tpot": tpot, "poll": cost["poll"]}

@@ -23,6 +23,9 @@ MEASUREMENTS.csv has a header row and one row per measurement:
     chunk      that run's token budget per step (empty: serve's default, DEFAULT_CHUNK)
     comm_overlap   the run's share of collectives hidden behind compute, 0 to 1 (empty:
                0; 1: two-batch overlap, compiler/core/estimate_rule.py step_estimate)
+    poll_interval  a serving run's decode steps between the scheduler's looks for new
+               requests, 1 or more (empty: 1; SGLang --scheduler-recv-interval k: k,
+               compiler/analyses/arrivals.py)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
 the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
@@ -58,6 +61,7 @@ from infest.dsl.errors import Span, fail, printable, source_lines
 MAX_CSV_BYTES = 1 << 20      # a measurements file; thousands of rows fit in far less
 MAX_ROWS = 2000              # measurements per file (each row is one evaluation)
 MAX_CELL_CHARS = 1000        # one cell (a spec path is the longest real one)
+MAX_POLL_STEPS = 10_000      # a row's poll_interval (decode steps between looks)
 MAX_LINE_CHARS = 8000        # one line (bench/measurements.csv's longest, with notes: 517)
 # A measured step: a kernel launch is ~1 us, no step takes days; outside these a value is
 # a unit slip, and 1e-320 (a subnormal) would make every relative error infinite.
@@ -90,6 +94,7 @@ class Row:
     step_s: float                # the measured quantity, seconds
     text: dict[str, str] = field(default_factory=dict)   # every column as written
     overlap: float = 0.0         # its comm_overlap: 1 where the run overlapped collectives
+    poll: float = 1.0            # its poll_interval: decode steps between looks for requests
 
 
 @dataclass
@@ -189,7 +194,8 @@ def _row(record: Mapping[str, str | None], span: Span) -> Row:
         if not text.get(name):
             raise fail(span, f"the row has no {name}")
     return Row(span, text["spec"], text["hardware"], phase, text.get("policy") or None,
-               text.get("engine") or None, point, step, text, _share(text, "comm_overlap", span))
+               text.get("engine") or None, point, step, text, _share(text, "comm_overlap", span),
+               _interval(text, "poll_interval", span))
 
 
 def _check_quantity(text: Mapping[str, str], phase: str, span: Span) -> None:
@@ -243,6 +249,18 @@ def _share(text: Mapping[str, str], key: str, span: Span) -> float:
     if not _DECIMAL.match(raw) or not 0 <= float(raw) <= 1:
         raise fail(span, f"{key} {raw[:40]!r}: expected a share from 0 to 1",
                    "1: the run overlapped its collectives with compute (two-batch overlap)")
+    return float(raw)
+
+
+def _interval(text: Mapping[str, str], key: str, span: Span) -> float:
+    """An optional number of steps, 1 or more (empty: 1), e.g. poll_interval: 30 for a
+    run whose scheduler looked for new requests every 30 decode steps."""
+    raw = text.get(key, "")
+    if not raw:
+        return 1.0
+    if not _DECIMAL.match(raw) or not 1 <= float(raw) <= MAX_POLL_STEPS:
+        raise fail(span, f"{key} {raw[:40]!r}: expected decode steps from 1 to {MAX_POLL_STEPS:,}",
+                   "SGLang --scheduler-recv-interval k or --num-continuous-decode-steps k: k")
     return float(raw)
 
 
@@ -304,7 +322,7 @@ def _prepared(row: Row, runner) -> Prepared:
                   for f in ("attention", "collective", "gemm")))
     inputs = {k: float(point[k] if k in HARDWARE_PARAMS else point.get(k, ESTIMATE_DEFAULTS[k]))
               for k in ESTIMATE_PARAMS}
-    inputs["comm_overlap"] = row.overlap
+    inputs["comm_overlap"], inputs["poll_interval"] = row.overlap, row.poll
     return Prepared(row, ops.pop("count"), ops, kind, float(values["step.roofline_s"]),
                     float(values["step.overlap_floor_s"]), inputs)
 

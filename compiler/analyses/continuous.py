@@ -169,7 +169,7 @@ def step_costs(forms: Forms, runner: "Runner", c: Any, dp: Any, b: Budget, dec: 
             drafting = np.where(d > 0, step[0], 0.0)   # no decoders: no draft steps
             m, u = m + draft_len * drafting + step[2], u + draft_len * step[1]
         out[key] = {"mixed": chunk_mean(m, w), "pure": np.asarray(u)[..., 0],
-                    "request": request_overhead(pieces[3], key)}
+                    **arrival_inputs(pieces[3], key)}
     return out
 
 
@@ -179,11 +179,15 @@ def chunk_mean(cost: Any, w: np.ndarray) -> np.ndarray:
     return np.sum(full * w, axis=-1) / np.sum(w, axis=-1)
 
 
-def request_overhead(values: Mapping[str, Any], key: str) -> Any:
-    """What TTFT adds once per request under a cost key: the estimate's request_overhead
-    (an input no form uses, compiler/core/estimate_rule.py ALWAYS_INPUTS); none under
-    the bound."""
-    return values.get("request_overhead", 0.0) if key == "estimate_s" else 0.0
+def arrival_inputs(values: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """What a request meets on arriving, under a cost key: "request", the overhead TTFT
+    adds once (request_overhead), and "poll", the decode steps between the scheduler's
+    looks for new requests (poll_interval, compiler/analyses/arrivals.py). Inputs no form
+    uses (compiler/core/estimate_rule.py ALWAYS_INPUTS); the bound has neither (0, 1)."""
+    if key != "estimate_s":
+        return {"request": 0.0, "poll": 1.0}
+    return {"request": values.get("request_overhead", 0.0),
+            "poll": values.get("poll_interval", 1.0)}
 
 
 def _stacked(forms: Forms, parts: list[Mapping[str, Any]]) -> list["_Part"]:

@@ -22,7 +22,10 @@ toward 0 (GPU_SD, ENGINE_SD): a GPU or engine with few rows stays near the share
 values, and one never seen (held out) gets exactly them, i.e. its datasheet and the
 shared physics (an engine never seen: its family's offsets, where the family was). A fit
 whose shared parameter ends at a bound, or whose efficiency exceeds 1 before the cap,
-leaves its physical range and is reported so (`violations`).
+leaves its physical range and is reported so (`violations`). The cap is also a term of
+the fit: an efficiency above 1 for a (GPU, engine) pair the rows hold adds (ln value /
+CAP_SD)^2, so shared values and offsets settle inside the range rather than on the far
+side of a cap the data cannot feel (a capped efficiency no longer moves its rows).
 Held-out errors (leave-one-out, leave-one-GPU-out, leave-one-engine-out) refit without
 the held rows, at most MAX_REFITS times. Each row's estimate is a few numpy operations
 (compiler/analyses/calibrate.py, compiler/analyses/served_rows.py) that take arrays of
@@ -74,6 +77,9 @@ ENGINE_SD = {"eff_mem": 0.3, "eff_attn": 0.5, "eff_kv": 0.5, "kernel_latency": 2
 # step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
 # residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.
 NOISE_SD = 0.1
+# The cap as a penalty (sd of ln above 1): stiff, so a fit settles within CAP_TOL of it.
+CAP_SD = 1e-3
+CAP_TOL = 1e-3                 # ln above 1 that `violations` reports (the penalty's slack)
 MAX_REFITS = 200               # held-out refits one call may run (each a least-squares fit)
 MAX_EVALUATIONS = 300          # residual evaluations one fit may spend (scipy max_nfev)
 STEP = 1e-7                    # forward-difference step of the Jacobian, in ln(parameter)
@@ -171,6 +177,9 @@ def _residual_matrix(coords, rows: list["Prepared"]) -> Callable[[np.ndarray], n
                                    *((k, e, "engine") for e in engine_groups(engine_of(p))))
                   if c in pos] for k in PRIOR} for p in rows]
     base = {k: 0.0 if (k, None, "shared") in pos else math.log(PRIOR[k][0]) for k in PRIOR}
+    # Per (GPU, engine) pair the rows hold, each efficiency's path: the cap's penalty.
+    capped = list({(p.row.hardware, engine_of(p), k): (k, path[k])
+                   for p, path in zip(rows, paths) for k in SHARES}.values())
 
     def matrix(X: np.ndarray) -> np.ndarray:
         data = []
@@ -180,7 +189,8 @@ def _residual_matrix(coords, rows: list["Prepared"]) -> Callable[[np.ndarray], n
                 log = X[:, idx].sum(axis=1) + base[k]
                 params[k] = np.minimum(1.0, np.exp(log)) if k in SHARES else np.exp(log)
             data.append(np.log(p.estimate(params) / p.row.step_s) / NOISE_SD)
-        return np.column_stack(data + [(X - centre) / sd])
+        over = [np.maximum(0.0, X[:, idx].sum(axis=1) + base[k]) / CAP_SD for k, idx in capped]
+        return np.column_stack(data + over + [(X - centre) / sd])
     return matrix
 
 
@@ -221,7 +231,7 @@ def violations(f: Fit, pairs: set[tuple[str, str]]) -> list[str]:
            if min(abs(math.log(v / b)) for b in BOUNDS[k]) < 1e-6]
     for (g, e), k in ((pair, k) for pair in sorted(pairs) for k in SHARES):
         log = f.log_value(g, e, k)
-        if log > 1e-9:
+        if log > CAP_TOL:
             out.append(f"{k} on {g} under {e} = {math.exp(log):.3g} > 1")
     return out
 

@@ -33,7 +33,7 @@ from infest.compiler.analyses.continuous import Budget, Decoding
 BISECTION_STEPS = 50        # halvings of [0, cap - 1] for the fixed point C
 PERCENTILES = (0.90, 0.99)
 
-# c -> {"sched": schedule(c), "mixed": t_m, "pure": t_u, "ttft": .., "tpot": ..} (arrays)
+# c -> {"sched": schedule(c), "mixed": t_m, "pure": t_u, "poll": k, "ttft": .., "tpot": ..}
 Closed = Callable[[np.ndarray], Mapping[str, Any]]
 
 
@@ -90,7 +90,10 @@ def ttft_percentiles(q: Mapping[str, Any], closed: Mapping[str, Any]) -> dict[st
     below the chance 1 - rho_b of not waiting; the residual: uniform over the step in
     progress, mixed a fraction `busy` of the time (recovered from the mean residual)."""
     ttft, wait, rho_b = (np.asarray(q[k], dtype=float) for k in ("ttft", "wait", "rho_b"))
-    t_m, t_u = np.asarray(closed["mixed"], dtype=float), np.asarray(closed["pure"], dtype=float)
+    # The residual is uniform over the cycle to the scheduler's next look: a mixed step,
+    # or poll_interval pure decode steps (arrivals.py `_residual`).
+    t_m = np.asarray(closed["mixed"], dtype=float)
+    t_u = np.asarray(closed["pure"], dtype=float) * np.asarray(closed["poll"], dtype=float)
     residual = np.asarray(q["residual"], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         busy = np.where(t_m > t_u, (2 * residual - t_u) / (t_m - t_u), 0.0)

@@ -291,11 +291,11 @@ def _continuous_costs(engine: Serving, budget: Budget, dec: Decoding, c: int, dp
 
 
 def queue_summary(got: Mapping[str, Any]) -> dict[str, float]:
-    """The closed loop's TTFT terms as JSON (`queueing`): seconds, and the budget's
-    utilisation by the other clients' prompts."""
+    """The closed loop's TTFT terms as JSON (`queueing`): seconds, the budget's
+    utilisation by the other clients' prompts and the poll interval the residual took."""
     out = {f"{k}_s": float(got[k]) for k in QUEUE_KEYS}
     return {**out, "budget_utilisation": float(got["rho_b"]),
-            "others_per_s": float(got["rate"])}
+            "others_per_s": float(got["rate"]), "poll_interval": float(got["poll"])}
 
 
 def _draft_base(draft: Draft, overrides: Mapping[str, Any]) -> dict[str, float]:

@@ -141,7 +141,8 @@ def open_metrics(r: Request, load: OpenLoad, a: Mapping[str, Any], info: Mapping
             **{k: a.get(k) for k in PERCENTILE_KEYS}, **common,
             "concurrency": a["concurrency"] * dp,
             "queueing": {"residual_s": a["residual"], "wait_s": a["wait"],
-                         "share_s": a["share"], "budget_utilisation": a["rho_b"]}}
+                         "share_s": a["share"], "budget_utilisation": a["rho_b"],
+                         "poll_interval": float(a["closed"]["poll"])}}
 
 
 def simulated(engine: Serving, r: Request, load: OpenLoad, cap: int,

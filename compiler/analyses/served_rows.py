@@ -95,7 +95,8 @@ class Served:
         overhead = col["step_overhead"][..., 0, 0]
         cost = {"mixed": chunk_mean(self.mixed.cost(col) + overhead[..., None], self.weights),
                 "pure": self.pure.cost(col)[..., 0] + overhead,
-                "request": col["request_overhead"][..., 0, 0]}
+                "request": col["request_overhead"][..., 0, 0],
+                "poll": col["poll_interval"][..., 0, 0]}
         got = queued_latencies(self.clients, self.budget, self.decoding, self.schedule, cost,
                                QUEUED_KEY)
         return got["ttft"] if self.quantity == "ttft_s" else got["tpot"]

@@ -10,6 +10,11 @@ ISL + OSL, or --max-concurrency), then every step carries
 - up to K - t d prompt tokens, taken in arrival order from the admitted prompts (a prompt
   longer than the room left is split over several steps).
 
+The scheduler looks for new arrivals (they join the queue) before a step only when it
+polls: after any step that carried prompt tokens, whenever it was idle, and otherwise
+every `poll` decode-only steps (the estimate's poll_interval: SGLang's
+--scheduler-recv-interval; 1, every step, by default).
+
 The step that processes a prompt's last token emits its first token (TTFT = that step's
 end - the arrival); the request then decodes R steps (O - 1, or the rounds speculation
 takes, rounded up: ceil((O - 1) / tokens per round), the mean acceptance every round) and
@@ -43,6 +48,7 @@ MAX_REQUESTS = 1_000_000       # --requests (with the warm-up) a simulation may 
 MAX_EVENTS_PER_REQUEST = 64    # loop turns per request before a run is called runaway
 ARRIVAL_BLOCK = 4096           # arrival gaps drawn at a time
 PERCENTILES = (90, 99)
+MAX_POLL_INTERVAL = 10_000     # decode steps between the scheduler's looks (simulated)
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,8 @@ class _Engine:
         self.prefill: deque[list] = deque()    # [request, prompt tokens done]
         self.decoding: deque[tuple[int, int]] = deque()   # (leaving step, request)
         self.joined = 0                        # sum of the decoders' first decode steps
+        self.poll = _whole_poll(grid.poll)     # decode-only steps between looks
+        self.looked, self.due = 0, True        # the step of the last look; look next turn
         self.first: dict[int, float] = {}      # request -> first-token time
         self.done: list[tuple[int, float, float]] = []    # (request, TTFT, TPOT)
 
@@ -113,12 +121,25 @@ class _Engine:
         return len(self.prefill) + len(self.decoding)
 
     def admit(self) -> None:
-        """Arrivals up to now join the queue; the queue's head enters while below the cap."""
-        while self.arrivals[self.next] <= self.now:
-            self.waiting.append(self.next)
-            self.next += 1
+        """When the scheduler looks (`looks`), arrivals up to now join the queue; the
+        queue's head enters while below the cap."""
+        if self.looks():
+            self.looked, self.due = self.step, False
+            while self.arrivals[self.next] <= self.now:
+                self.waiting.append(self.next)
+                self.next += 1
         while self.waiting and self.running() < self.load.cap:
             self.prefill.append([self.waiting.popleft(), 0])
+
+    def looks(self) -> bool:
+        """Whether the scheduler looks for arrivals before the step about to start: after
+        a step with prompt tokens or idling (`due`), else every `poll` decode steps."""
+        return self.due or (self.step - self.looked) % self.poll == 0
+
+    def next_look(self, first: int) -> int:
+        """The first decode step from now, `first` or later, before which it looks."""
+        phase = self.poll - (self.step - self.looked) % self.poll   # 1 .. poll
+        return phase + max(0, math.ceil((first - phase) / self.poll)) * self.poll
 
     def mean_context(self, ahead: int = 0) -> float:
         """The decoders' mean cached context `ahead` steps from now."""
@@ -140,6 +161,7 @@ class _Engine:
             taken += take
         cost = self.grid.step(d, self.mean_context(), taken, cached / taken if taken else 0.0)
         self.advance(1, cost)
+        self.due = True                        # a step with prompt tokens: look next
         while self.prefill and self.prefill[0][1] >= load.isl:
             request = self.prefill.popleft()[0]
             self.first[request] = self.now
@@ -148,7 +170,8 @@ class _Engine:
 
     def pure(self) -> None:
         """Decode-only steps up to the next event: the first step to start after an
-        arrival that can be admitted, or the step where the oldest decoder leaves."""
+        arrival that can be admitted and before which the scheduler looks, or the step
+        where the oldest decoder leaves."""
         d = len(self.decoding)
         k_max = self.decoding[0][0] - self.step
         costs = self.grid.pure(d, self.mean_context() + self.load.tokens * np.arange(k_max))
@@ -156,7 +179,8 @@ class _Engine:
         k = k_max
         if self.running() < self.load.cap:     # an arrival enters at the next step start
             starts = self.now + ends - costs
-            k = max(1, min(k_max, int(np.searchsorted(starts, self.arrivals[self.next]))))
+            first = int(np.searchsorted(starts, self.arrivals[self.next]))
+            k = max(1, min(k_max, self.next_look(first)))
         self.advance(k, float(ends[k - 1]))
 
     def advance(self, steps: int, seconds: float) -> None:
@@ -170,6 +194,15 @@ class _Engine:
             arrival = self.arrivals[request]
             ttft = first - arrival + self.grid.request   # the request's own overhead
             self.done.append((request, ttft, (self.now - first) / (self.load.osl - 1)))
+
+
+def _whole_poll(poll: float) -> int:
+    """The poll interval as whole decode steps (the closed forms take any k >= 1)."""
+    if poll < 1 or poll != math.floor(poll) or poll > MAX_POLL_INTERVAL:
+        raise fail(None, f"poll_interval {poll:g}: the simulation looks every whole number "
+                   f"of decode steps, 1 to {MAX_POLL_INTERVAL:,} (MAX_POLL_INTERVAL)",
+                   "--set poll_interval=<whole number>")
+    return int(poll)
 
 
 def simulate(grid: StepGrid, load: Load, requests: int = DEFAULT_REQUESTS,
@@ -207,6 +240,7 @@ def _turn(engine: _Engine) -> None:
         engine.pure()
     else:                                      # idle: the clock jumps to the next arrival
         engine.now = max(engine.now, engine.arrivals[engine.next])
+        engine.due = True                      # an idle scheduler looks all the time
 
 
 def summary(done: list[tuple[int, float, float]], warmup: int, last: int) -> dict[str, Any]:

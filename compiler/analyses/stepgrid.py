@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.continuous import Forms, hand_off, mixed_step, request_overhead
+from infest.compiler.analyses.continuous import Forms, arrival_inputs, hand_off, mixed_step
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class StepGrid:
     cached: np.ndarray
     cost: np.ndarray
     request: float = 0.0    # what TTFT adds once per request (the estimate's overhead)
+    poll: float = 1.0       # decode steps between the scheduler's looks for new requests
 
     def step(self, d: float, ctx: float, p: float, cached: float) -> float:
         """The interpolated cost of one step (scalar; clamped to the grid's range)."""
@@ -107,7 +108,8 @@ def build_grid(forms: Forms, runner: "Runner", dp: float, isl: int, osl: int,
     if not np.all(np.isfinite(cost)):
         raise fail(None, "the simulation's step cost is not finite somewhere on its grid",
                    "check the hardware's bandwidths and peaks (`infest eval`)")
-    return StepGrid(*axes, cost, float(request_overhead(values[2], key)))
+    arrival = arrival_inputs(values[2], key)
+    return StepGrid(*axes, cost, float(arrival["request"]), float(arrival["poll"]))
 
 
 def _broadcast(point: Mapping[str, Any]) -> dict[str, np.ndarray]:

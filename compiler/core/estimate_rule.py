@@ -51,10 +51,12 @@ ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "ke
                    "coll_step_latency", "gemm_tile_m", "gemm_tile_n") + HARDWARE_PARAMS
 # Every runner lists these as inputs, whether or not its forms use them (a model without
 # collectives has no ring step and no overlap of them): the estimate's parameters, the
-# per-step overhead, the collectives' overlap (step_estimate) and TTFT's per-request
-# overhead, which no form uses (compiler/analyses/continuous.py `latencies` reads it
-# beside the forms). So every one is settable and in the workbook.
-ALWAYS_INPUTS = ESTIMATE_PARAMS + ("step_overhead", "request_overhead", "comm_overlap")
+# per-step overhead, the collectives' overlap (step_estimate), TTFT's per-request
+# overhead and the scheduler's poll interval, which no form uses (compiler/analyses/
+# continuous.py `arrival_inputs` reads them beside the forms). So every one is settable
+# and in the workbook.
+ALWAYS_INPUTS = ESTIMATE_PARAMS + ("step_overhead", "request_overhead", "poll_interval",
+                                   "comm_overlap")
 # Op kinds whose math runs at eff_attn (FlashAttention-class kernels), and the GEMMs.
 ATTENTION_KINDS = frozenset({"attention", "mla", "indexer"})
 GEMM_KINDS = frozenset({"linear", "router"})

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 TP, EP, DP = sym("tp"), sym("ep"), sym("dp")
 STEP_OVERHEAD, REQUEST_OVERHEAD = sym("step_overhead"), sym("request_overhead")
+POLL_INTERVAL = sym("poll_interval")
 COMM_OVERLAP = sym("comm_overlap")
 PARAMS = {name: sym(name) for name in ESTIMATE_PARAMS}
 

@@ -41,6 +41,7 @@ class Field:
     zero: bool = False        # may be 0 (a latency; "none" for a peak or a measured ceiling)
     catalogue: bool = True    # every shipped hardware file gives it
     unit_ratio: bool = False  # a ratio in (0, 1] (an efficiency; [0, 1] where `zero`)
+    at_least: Fraction | None = None  # the least value it may take (None: positive)
 
     @property
     def unit(self) -> str:
@@ -161,6 +162,12 @@ FIELD_TABLE = (
           "per-request overhead added to TTFT (tokenising, admission, first stream)",
           Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
           zero=True, catalogue=False),
+    Field("poll_interval", COUNT, "estimate",
+          "decode steps between the scheduler's looks for new requests: a request arriving "
+          "during decode waits for the next look (SGLang --scheduler-recv-interval k, "
+          "--num-continuous-decode-steps k)", Fraction(1),
+          "1: vLLM, TensorRT-LLM and SGLang's default look before every step (never part "
+          "of a bound)", catalogue=False, at_least=Fraction(1)),
     # Describe a Grace CPU beside the GPU (GH200); no form uses them, so other GPUs leave
     # them out rather than carry an invented figure.
     Field("host_mem_bw", BANDWIDTH, "descriptive", "host (CPU) memory bandwidth",
@@ -185,6 +192,8 @@ EFFICIENCIES = {f.name: f.default for f in FIELD_TABLE if f.role == "efficiency"
 ESTIMATE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE if f.role in ("efficiency", "estimate")}
 # Ratios in (0, 1]: the efficiencies, eff_attn and eff_kv; comm_overlap in [0, 1].
 SHARES = frozenset(f.name for f in FIELD_TABLE if f.unit_ratio)
+# Fields with a least value above 0 (poll_interval: a look every step at most).
+AT_LEAST = {f.name: f.at_least for f in FIELD_TABLE if f.at_least is not None}
 # efficiency -> (measured ceiling, datasheet ceiling): measured / datasheet when measured.
 MEASURED = {"eff_mem": ("mem_bw_measured", "mem_bw"),
             "eff_flops": ("flops_bf16_measured", "flops_bf16")}

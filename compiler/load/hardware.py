@@ -6,8 +6,9 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Mapping
 
 from infest.compiler.core.keys import BUILTINS, PARALLEL
-from infest.compiler.load.fields import (ESTIMATE_DEFAULTS, FIELD_TABLE, FIELDS, HARDWARE_FIELDS,
-                                         MAY_BE_ZERO, MEASURED, REQUIRED, SHARES)
+from infest.compiler.load.fields import (AT_LEAST, ESTIMATE_DEFAULTS, FIELD_TABLE, FIELDS,
+                                         HARDWARE_FIELDS, MAY_BE_ZERO, MEASURED, REQUIRED,
+                                         SHARES)
 from infest.dsl.errors import Collector, Span, SpecError, did_you_mean, fail
 from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
 
@@ -71,7 +72,10 @@ def field_doc(name: str) -> tuple[str, str]:
 
 
 def sign_rule(name: str) -> str:
-    """What a field's value must be, for messages: "positive", "0 or more" or "in (0, 1]"."""
+    """What a field's value must be, for messages: "positive", "0 or more", "in (0, 1]" or
+    "at least 1"."""
+    if name in AT_LEAST:
+        return f"at least {AT_LEAST[name]}"
     if name in SHARES:
         return "in [0, 1]" if may_be_zero(name) else "in (0, 1]"
     return "0 or more" if may_be_zero(name) else "positive"
@@ -79,6 +83,8 @@ def sign_rule(name: str) -> str:
 
 def in_range(name: str, value: Fraction) -> bool:
     """Whether a hardware field (or a --set of it) may take this value."""
+    if name in AT_LEAST:
+        return value >= AT_LEAST[name]
     if name in SHARES:
         return (0 <= value if may_be_zero(name) else 0 < value) and value <= 1
     return value > 0 or (value == 0 and may_be_zero(name))

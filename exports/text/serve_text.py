@@ -19,8 +19,9 @@ MODEL = {
                   "its next request when one ends; every step carries the running "
                   "requests' decode tokens plus prompt chunks up to the token budget; "
                   "TTFT = wait for budget + own chunk steps (the estimate's also the "
-                  "arrival's waits: the step in progress, the other prompts ahead, those "
-                  "joining its step), TPOT includes the chunk steps",
+                  "arrival's waits: the step in progress or the scheduler's next look "
+                  "(poll_interval), the other prompts ahead, those joining its step), TPOT "
+                  "includes the chunk steps",
 }
 NOTE = ("estimate = each op by its kind (achievable shares eff_mem, eff_flops, eff_link, "
         "eff_attn, eff_kv of the datasheet; kernel and ring-step latency; GEMM tiles; the busiest "
@@ -34,7 +35,7 @@ _CLOSED = ("closed loop: C clients per replica, each sending its next request wh
            "ends; ")
 OPEN = ("open loop: Poisson arrivals; mean concurrency C = rate x E2E (Little's law) at "
         "the closed loop's schedule for 1 + C requests; TTFT adds the step in progress "
-        "(mean residual), the M/D/1 wait for the token budget (Pollaczek-Khinchine) and the "
+        "or the scheduler's next look (mean residual), the M/D/1 wait for the token budget (Pollaczek-Khinchine) and the "
         "prompts joining its step; p90/p99 TTFT: the wait's tail taken as M/M/1-shaped "
         "(an estimate); TPOT percentiles only from --simulate")
 
@@ -78,7 +79,10 @@ def serve_text(r: Mapping[str, Any]) -> str:
 
 def _queue_line(q: Mapping[str, Any]) -> str:
     """The estimate's TTFT terms of an arrival at a busy rank (docs/serving.md)."""
-    return (f"arrival waits in the estimate's TTFT: step in progress {duration(q['residual_s'])}, "
+    poll = q["poll_interval"]
+    look = "step in progress" if poll == 1 else \
+        f"next look for new requests (every {poll:g} decode steps)"
+    return (f"arrival waits in the estimate's TTFT: {look} {duration(q['residual_s'])}, "
             f"prompts ahead {duration(q['wait_s'])}, joining its step {duration(q['share_s'])} "
             f"(token budget utilisation {q['budget_utilisation']:.3f})")
 

@@ -40,7 +40,7 @@ from infest.compiler.core.symbols import sym
 from infest.compiler.core.terms import TIME_TERMS
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           UNFIT_FILL, UNFIT_FONT, Builder, live_cell)
-from infest.compiler.forms.estimate import REQUEST_OVERHEAD
+from infest.compiler.forms.estimate import POLL_INTERVAL, REQUEST_OVERHEAD
 from infest.exports.workbook.validation import cell_rule, rules_by_cell
 from infest.exports.workbook.xlsx_memory import plan_fits_rows, plan_group_table
 from infest.exports.workbook.points import (BOUND, ESTIMATE, OpKind, Point, Table,
@@ -366,14 +366,15 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
         steps = f"${get_column_letter(col)}${top}:${get_column_letter(col)}${bottom}"
         rows += [(f"{p}mixed_s", f"=SUMPRODUCT({w},{steps})/SUM({w})", "s",
                   ("" if not p else "bound: ") + "mean mixed step", "over the counted chunks")]
-        rows += (_queue_rows(b.names[REQUEST_OVERHEAD]) if not p else []) + _serve_rows(p)
+        queue = _queue_rows(b.names[REQUEST_OVERHEAD], b.names[POLL_INTERVAL]) if not p else []
+        rows += queue + _serve_rows(p)
     return rows + _demand_rows(b)
 
 
-def _queue_rows(request: str) -> list[tuple]:
+def _queue_rows(request: str, poll: str) -> list[tuple]:
     """The estimate's TTFT before queueing and the closed loop's three terms
     (compiler/analyses/arrivals.py `closed_loop`); `request`: the per-request overhead's
-    cell, which the estimate's TTFT adds once."""
+    cell, which the estimate's TTFT adds once; `poll`: the poll interval's cell."""
     return [
         ("bare_ttft_s", f"=plan_ttft_steps*plan_mixed_s+{request}", "s", "TTFT before queueing",
          "ttft_steps x mixed step + request_overhead"),
@@ -381,8 +382,9 @@ def _queue_rows(request: str) -> list[tuple]:
          "requests/s", "the other clients' arrivals, lambda", "(c - 1) / (bare TTFT + (OSL - 1) TPOT)"),
         ("busy", "=IF(plan_alone,MIN(1,plan_others_per_s*plan_ttft_steps*plan_mixed_s),1)", "",
          "share of the time in mixed steps", "alone: min(1, lambda P t_m); shared: 1"),
-        ("residual_s", "=MIN(1,plan_clients-1)*(plan_busy*plan_mixed_s+(1-plan_busy)*plan_pure_s)/2",
-         "s", "the step in progress, residual", "min(1, c - 1) x E_time[step] / 2"),
+        ("residual_s", "=MIN(1,plan_clients-1)*(plan_busy*plan_mixed_s+(1-plan_busy)"
+                       f"*{poll}*plan_pure_s)/2", "s", "to the scheduler's next look, residual",
+         "min(1, c - 1) x (busy t_m + (1 - busy) poll_interval t_u) / 2"),
         ("token_s", "=(plan_mixed_s-plan_pure_s)/IF(plan_alone,plan_isl/plan_chunks,"
                     "plan_prompts*plan_chunk_tokens)", "s", "one prompt token's cost, delta",
          "(t_m - t_u) / prompt tokens of the mean mixed step (alone: ISL / P)"),

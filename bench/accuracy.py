@@ -21,7 +21,7 @@ Three checks, one script:
    defaults), judged in sample and held out: leave-one-out (each row predicted by a fit to
    the others), leave-one-GPU-out (a GPU's rows from the shared values, the engines'
    offsets learnt elsewhere and its datasheet only) and leave-one-engine-out. One fit per
-   row, GPU and engine, plus one (94 for 76 rows): a minute and a half on 2 cores.
+   row, GPU and engine, plus one (95 for 76 rows): about four minutes on 2 cores.
 
 --quick skips 3 (seconds once the specs are compiled; tests/test_accuracy.py runs it).
 --docs rewrites the table and the summary in docs/accuracy.md and the figure

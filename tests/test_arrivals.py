@@ -55,10 +55,13 @@ def test_at_most_the_other_prompts_are_ahead() -> None:
 
 
 def test_the_open_loop_keeps_its_terms() -> None:
-    # The same step costs at a Poisson rate of 1 per s: the residual and wait are the
-    # closed loop's at lambda = 1 (above); an open queue at rho_b >= 1 is unbounded.
+    # The same step costs at a Poisson rate of 1 per s: the wait is the closed loop's at
+    # lambda = 1 (above); an open queue at rho_b >= 1 is unbounded. The residual is the
+    # closed loop's 0.0095 s times the chance an arrival finds a request in flight: with
+    # lambda E2E = 1 x 2 s = 2 in flight on average (Poisson), 1 - e^-2 = 0.864665.
     q = queueing(1.0, _closed(0.2, 0.018), BUDGET, DECODING)
-    assert float(q["residual"]) == pytest.approx(0.0095, rel=1e-12)
+    assert float(q["running"]) == pytest.approx(1 - np.exp(-2.0), rel=1e-12)
+    assert float(q["residual"]) == pytest.approx(0.0095 * 0.8646647, rel=1e-6)
     s = 1000 / 2046 * 0.01 + 0.09
     assert float(q["wait"]) == pytest.approx(s * s / (2 * (1 - s)), rel=1e-12)
     assert np.isinf(queueing(20.0, _closed(0.1, 0.0), BUDGET, DECODING)["wait"])

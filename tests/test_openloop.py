@@ -99,15 +99,19 @@ def test_an_arrival_waits_for_the_schedulers_next_look_by_hand() -> None:
         run(dataclasses.replace(grid, poll=2.5), Load(1.0, 4, 100, 8, 512), 2, 0, times=times)
 
 
-def test_the_poll_interval_in_the_analytic_and_the_simulation() -> None:
-    # Qwen3-30B-A3B 1000/1000 on one H200 at 1.5 requests/s, the scheduler looking every
-    # 30 decode steps: the mean residual is about 30 pure steps / 2 (the engine mostly
-    # decodes), and the closed forms' TTFT, p90 and p99 stay within 20% of the run's.
+@pytest.mark.parametrize("rate", [0.05, 0.3, 1.5])
+def test_the_poll_interval_in_the_analytic_and_the_simulation(rate: float) -> None:
+    # Qwen3-30B-A3B 1000/1000 on one H200 (a request's E2E ~17 s), the scheduler looking
+    # every 30 decode steps: at 1.5 requests/s ~25 are in flight and the mean residual is
+    # about 30 pure steps / 2; at 0.05/s ~0.27, and most arrivals find the scheduler idle
+    # (it looks at once). The closed forms' TTFT, p90 and p99 stay within 20% of the
+    # run's at each (the run: within 3%, 11%, 4% for the means).
     engine = _serving(MODELS / "qwen3_30b_a3b.arch", "h200_sxm")
-    load = OpenLoad(1.5, simulate=True, requests=3000, warmup=300)
+    load = OpenLoad(rate, simulate=True, requests=2000, warmup=300)
     r = serve_open(engine, Request(1000, 1000, None), load, {"poll_interval": 30})
     assert r["queueing"]["poll_interval"] == 30
-    assert r["queueing"]["residual_s"] > 0.8 * 30 * r["tpot_s"] / 2
+    busy = 1 - np.exp(-r["concurrency"])
+    assert r["queueing"]["residual_s"] > 0.8 * busy * 30 * r["tpot_s"] / 2
     for key in ("ttft_s", "ttft_p90_s", "ttft_p99_s", "tpot_s"):
         assert abs(r[key] - r["simulated"][key]) / r["simulated"][key] <= 0.20, key
 

@@ -20,7 +20,11 @@ in the way. An arrival at a busy rank waits three more times (docs/serving.md):
   of them) join its step while the budget has room: each adds its tokens x delta.
 
 The open loop (compiler/analyses/openloop.py) takes lambda as the Poisson rate of
-arrivals. The closed loop of c clients per rank takes lambda = (c - 1) / E2E, the other
+arrivals; an arrival finds a request in flight (so a step in progress, and no look at
+once) with chance 1 - exp(-lambda E2E), the number in flight being Poisson with mean
+lambda E2E (continuous batching serves them all at once, an M/G/infinity system; PASTA),
+and an idle scheduler looks for it at once: the residual is that chance times the one
+above. The closed loop of c clients per rank takes lambda = (c - 1) / E2E, the other
 clients' requests per second (E2E before these terms, so no fixed point: the workbook
 writes it without iteration), and two limits of a finite population: at c = 1 nothing is
 running when a request arrives (no residual), and at most the other c - 1 prompts are
@@ -43,10 +47,13 @@ QUEUED_KEY = KEYS[0]                         # estimate_s: the bound is not queu
 
 def queueing(rate: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:
     """The open loop's TTFT terms at arrivals `rate` per second on `closed` (the closed
-    loop's {sched, mixed, pure, poll, ttft}): residual, wait, share, rho_b and ttft (arrays
-    broadcast with rate; wait is inf where rho_b >= 1)."""
+    loop's {sched, mixed, pure, poll, ttft, tpot}): residual, wait, share, rho_b, ttft and
+    running, the chance an arrival finds a request in flight (arrays broadcast with rate;
+    wait is inf where rho_b >= 1)."""
     lam = np.asarray(rate, dtype=float)
-    return _terms(lam, _residual(lam, closed), closed, b, dec, None)
+    running = 1.0 - np.exp(-lam * (closed["ttft"] + (b.osl - 1) * closed["tpot"]))
+    return {**_terms(lam, running * _residual(lam, closed), closed, b, dec, None),
+            "running": running}
 
 
 def closed_loop(c: Any, closed: Mapping[str, Any], b: Budget, dec: Decoding) -> dict[str, Any]:

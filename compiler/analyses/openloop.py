@@ -87,31 +87,36 @@ def _excess(rate: Any, c: Any, cap: Any, closed: Closed, b: Budget, dec: Decodin
 def ttft_percentiles(q: Mapping[str, Any], closed: Mapping[str, Any]) -> dict[str, Any]:
     """ttft_p90_s, ttft_p99_s (arrays): the mean with its residual and wait replaced by
     their quantiles added (an estimate). The wait: P(W > t) = rho_b exp(-rho_b t / W), 0
-    below the chance 1 - rho_b of not waiting; the residual: uniform over the step in
-    progress, mixed a fraction `busy` of the time (recovered from the mean residual)."""
+    below the chance 1 - rho_b of not waiting; the residual: 0 when nothing is in flight
+    (chance 1 - running), else uniform over the cycle in progress, a mixed step a fraction
+    `busy` of the time (recovered from the mean residual)."""
     ttft, wait, rho_b = (np.asarray(q[k], dtype=float) for k in ("ttft", "wait", "rho_b"))
     # The residual is uniform over the cycle to the scheduler's next look: a mixed step,
     # or poll_interval pure decode steps (arrivals.py `_residual`).
     t_m = np.asarray(closed["mixed"], dtype=float)
     t_u = np.asarray(closed["pure"], dtype=float) * np.asarray(closed["poll"], dtype=float)
+    running = np.asarray(q["running"], dtype=float)
     residual = np.asarray(q["residual"], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        busy = np.where(t_m > t_u, (2 * residual - t_u) / (t_m - t_u), 0.0)
+        each = np.where(running > 0, residual / np.where(running > 0, running, 1.0), 0.0)
+        busy = np.where(t_m > t_u, (2 * each - t_u) / (t_m - t_u), 0.0)
         out = {}
         for p in PERCENTILES:
             tail = 1 - p
             waits = (rho_b > tail) & (wait > 0) & np.isfinite(wait)
             w = np.where(waits, wait / rho_b * np.log(np.where(waits, rho_b, 1.0) / tail), 0.0)
             out[f"ttft_p{round(p * 100)}_s"] = ttft - wait - residual + w + _residual_quantile(
-                busy, t_m, t_u, tail)
+                running, busy, t_m, t_u, tail)
     return out
 
 
-def _residual_quantile(busy: Any, t_m: Any, t_u: Any, tail: float) -> Any:
-    """x with P(residual > x) = tail: busy (1 - x / t_m)+ + (1 - busy) (1 - x / t_u)+."""
+def _residual_quantile(running: Any, busy: Any, t_m: Any, t_u: Any, tail: float) -> Any:
+    """x with P(residual > x) = tail: running (busy (1 - x / t_m)+ + (1 - busy) (1 - x /
+    t_u)+), 0 where the chance of any residual is below tail."""
     lo, hi = np.zeros(np.shape(busy)), np.maximum(t_m, t_u) + np.zeros(np.shape(busy))
     for _ in range(BISECTION_STEPS):
         x = (lo + hi) / 2
-        over = busy * np.maximum(0.0, 1 - x / t_m) + (1 - busy) * np.maximum(0.0, 1 - x / t_u)
+        over = running * (busy * np.maximum(0.0, 1 - x / t_m)
+                          + (1 - busy) * np.maximum(0.0, 1 - x / t_u))
         lo, hi = np.where(over > tail, x, lo), np.where(over > tail, hi, x)
     return (lo + hi) / 2

@@ -26,11 +26,24 @@ prompt tokens and their mean cached context. Steps without prompt tokens between
 events (an arrival that can be admitted, a request leaving) are costed together as one
 numpy array: the loop runs once per event, not once per step.
 
+With a length spread s (`--length-spread`), each request's ISL and OSL are drawn
+uniformly from the whole numbers L(1 - s) .. L(1 + s) (mean L, the closed forms' L), as
+benchmark clients draw them (vLLM's random dataset, --random-range-ratio); requests then
+leave out of arrival order.
+
 Statistics are over `requests` requests after `warmup` (by arrival order); arrivals keep
-coming until the last measured request has left, so the measured ones see a steady load.
+coming until every measured request has left, so the measured ones see a steady load.
+
+The closed loop (`simulate_closed`, serve --concurrency C --simulate): C clients send
+their first requests at once, as benchmark clients do, and each sends its next the moment
+its last one leaves; a request reaches the scheduler the per-request overhead after it was
+sent (its TTFT counts from the sending). With equal lengths the clients stay in step, as
+such a benchmark's do; a length spread moves them out of step over the warm-up.
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -49,6 +62,7 @@ MAX_EVENTS_PER_REQUEST = 64    # loop turns per request before a run is called r
 ARRIVAL_BLOCK = 4096           # arrival gaps drawn at a time
 PERCENTILES = (90, 99)
 MAX_POLL_INTERVAL = 10_000     # decode steps between the scheduler's looks (simulated)
+MAX_CLIENTS = 1 << 20          # a simulated closed loop's clients per scheduler
 
 
 @dataclass(frozen=True)
@@ -63,11 +77,34 @@ class Load:
     budget: int
     tokens: float = 1.0
     decode_steps: int | None = None
+    spread: float = 0.0
 
-    @property
-    def rounds(self) -> int:
-        """R: the steps a request decodes for."""
-        return self.osl - 1 if self.decode_steps is None else self.decode_steps
+    def rounds(self, osl: int) -> int:
+        """R: the steps a request of `osl` output tokens decodes for."""
+        return osl - 1 if self.decode_steps is None else self.decode_steps
+
+    def lengths(self, rng: np.random.Generator) -> tuple[int, int]:
+        """One request's (ISL, OSL): the load's, or drawn with its spread (module doc)."""
+        if not self.spread:
+            return self.isl, self.osl
+        low = [max(1, math.ceil(x * (1 - self.spread))) for x in (self.isl, self.osl)]
+        high = [math.floor(x * (1 + self.spread)) for x in (self.isl, self.osl)]
+        isl, osl = (int(rng.integers(lo, hi + 1)) for lo, hi in zip(low, high))
+        return isl, max(osl, 2)
+
+    def longest(self) -> tuple[int, int, int]:
+        """(the shortest ISL, the longest ISL, the longest OSL) a request may draw."""
+        s = self.spread
+        return (max(1, math.ceil(self.isl * (1 - s))), math.floor(self.isl * (1 + s)),
+                math.floor(self.osl * (1 + s)))
+
+
+def check_spread(spread: Any) -> None:
+    """--length-spread: a share from 0 to below 1."""
+    if isinstance(spread, bool) or not isinstance(spread, (int, float)) \
+            or not 0 <= spread < 1:
+        raise fail(None, f"--length-spread {spread!r}: a share from 0 up to (not including) 1",
+                   "0.2: lengths uniform from 0.8 L to 1.2 L")
 
 
 def check_run(requests: Any, warmup: Any) -> None:
@@ -103,15 +140,19 @@ class _Engine:
     """The scheduler's state on one rank, stepped by `simulate`."""
 
     def __init__(self, grid: StepGrid, load: Load, seed: int,
-                 times: list[float] | None = None) -> None:
-        self.grid, self.load = grid, load
+                 times: list[float] | None = None, closed: bool = False) -> None:
+        self.grid, self.load, self.closed = grid, load, closed
         self.arrivals = _Arrivals(load.rate, seed, times)
+        self.draws = np.random.default_rng([seed, 1])   # lengths: their own stream
+        self.shape: dict[int, tuple[int, int]] = {}      # request -> (ISL, OSL)
         self.now, self.step = 0.0, 0
         self.next = 0                          # the next request to arrive
         self.waiting: deque[int] = deque()     # arrived, not admitted
         self.prefill: deque[list] = deque()    # [request, prompt tokens done]
-        self.decoding: deque[tuple[int, int]] = deque()   # (leaving step, request)
+        self.decoding: list[tuple[int, int]] = []   # heap of (leaving step, request)
         self.joined = 0                        # sum of the decoders' first decode steps
+        self.prompts = 0                       # sum of the decoders' ISLs
+        self.last, self.measured = 0, 0        # requests 0 .. last - 1 measured; left
         self.poll = _whole_poll(grid.poll)     # decode-only steps between looks
         self.looked, self.due = 0, True        # the step of the last look; look next turn
         self.first: dict[int, float] = {}      # request -> first-token time
@@ -127,6 +168,7 @@ class _Engine:
             self.looked, self.due = self.step, False
             while self.arrivals[self.next] <= self.now:
                 self.waiting.append(self.next)
+                self.shape[self.next] = self.load.lengths(self.draws)
                 self.next += 1
         while self.waiting and self.running() < self.load.cap:
             self.prefill.append([self.waiting.popleft(), 0])
@@ -145,7 +187,7 @@ class _Engine:
         """The decoders' mean cached context `ahead` steps from now."""
         d = len(self.decoding)
         steps = d * (self.step + ahead) - self.joined
-        return self.load.isl + self.load.tokens * steps / d if d else float(self.load.isl)
+        return (self.prompts + self.load.tokens * steps) / d if d else float(self.load.isl)
 
     def mixed(self) -> None:
         """One step carrying prompt tokens."""
@@ -155,18 +197,21 @@ class _Engine:
         for entry in self.prefill:
             if room - taken < 1:
                 break
-            take = min(load.isl - entry[1], math.floor(room - taken))
+            take = min(self.shape[entry[0]][0] - entry[1], math.floor(room - taken))
             cached += take * entry[1]
             entry[1] += take
             taken += take
         cost = self.grid.step(d, self.mean_context(), taken, cached / taken if taken else 0.0)
         self.advance(1, cost)
         self.due = True                        # a step with prompt tokens: look next
-        while self.prefill and self.prefill[0][1] >= load.isl:
+        # Prompts take their tokens in order, so the head finishes first.
+        while self.prefill and self.prefill[0][1] >= self.shape[self.prefill[0][0]][0]:
             request = self.prefill.popleft()[0]
+            isl, osl = self.shape[request]
             self.first[request] = self.now
-            self.decoding.append((self.step + load.rounds, request))
+            heapq.heappush(self.decoding, (self.step + load.rounds(osl), request))
             self.joined += self.step
+            self.prompts += isl
 
     def pure(self) -> None:
         """Decode-only steps up to the next event: the first step to start after an
@@ -188,12 +233,17 @@ class _Engine:
         self.now += seconds
         self.step += steps
         while self.decoding and self.decoding[0][0] <= self.step:
-            leave, request = self.decoding.popleft()
-            self.joined -= leave - self.load.rounds
+            leave, request = heapq.heappop(self.decoding)
+            isl, osl = self.shape.pop(request)
+            self.joined -= leave - self.load.rounds(osl)
+            self.prompts -= isl
             first = self.first.pop(request)
             arrival = self.arrivals[request]
             ttft = first - arrival + self.grid.request   # the request's own overhead
-            self.done.append((request, ttft, (self.now - first) / (self.load.osl - 1)))
+            self.done.append((request, ttft, (self.now - first) / (osl - 1)))
+            self.measured += request < self.last
+            if self.closed:   # its client's next request, sent now, reaches the scheduler
+                bisect.insort(self.arrivals.times, self.now + self.grid.request)
 
 
 def _whole_poll(poll: float) -> int:
@@ -219,11 +269,28 @@ def run(grid: StepGrid, load: Load, requests: int = DEFAULT_REQUESTS,
         times: list[float] | None = None) -> list[tuple[int, float, float]]:
     """(request, TTFT, TPOT) of every request that left, in the order they left."""
     check_run(requests, warmup)
-    engine = _Engine(grid, load, seed, times)
-    last = warmup + requests
+    return _drive(_Engine(grid, load, seed, times), warmup + requests)
+
+
+def simulate_closed(grid: StepGrid, load: Load, clients: int, requests: int = DEFAULT_REQUESTS,
+                    warmup: int = DEFAULT_WARMUP, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """simulate's keys for a closed loop of `clients` (module docstring; load.cap should
+    admit them all; load.rate is not read)."""
+    check_run(requests, warmup)
+    if clients > MAX_CLIENTS:
+        raise fail(None, f"the simulation's closed loop has {clients:,} clients per "
+                   f"scheduler, more than {MAX_CLIENTS:,} (MAX_CLIENTS)")
+    engine = _Engine(grid, load, seed, [0.0] * clients, closed=True)
+    return summary(_drive(engine, warmup + requests), warmup, warmup + requests)
+
+
+def _drive(engine: _Engine, last: int) -> list[tuple[int, float, float]]:
+    """Turn the engine until requests 0 .. last - 1 have left; every (request, TTFT,
+    TPOT) that left, in the order they left."""
+    engine.last = last
     limit = MAX_EVENTS_PER_REQUEST * last
     turns = 0
-    while len(engine.done) < last:   # requests leave in arrival order (FCFS, one shape)
+    while engine.measured < last:
         turns += 1
         if turns > limit:
             raise fail(None, f"the simulation took more than {limit:,} turns "

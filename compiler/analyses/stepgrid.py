@@ -86,11 +86,14 @@ def _bracket(axis: np.ndarray, x: float) -> list[tuple[int, float]]:
 
 
 def build_grid(forms: Forms, runner: "Runner", dp: float, isl: int, osl: int,
-               tokens: float, max_decoders: float, budget: int, key: str) -> StepGrid:
+               tokens: float, max_decoders: float, budget: int, key: str,
+               shortest: int | None = None) -> StepGrid:
     """The step costs (`key`: estimate_s or roofline_s) of one data-parallel rank for
-    requests of ISL / OSL, decoders adding `tokens` each, up to `max_decoders` of them
-    and `budget` tokens per step: one evaluation of the forms over the whole grid."""
-    axes = (count_axis(max_decoders), np.linspace(isl, isl + osl, CONTEXT_POINTS),
+    requests of ISL / OSL (the longest; `shortest`: the shortest ISL, where lengths
+    vary), decoders adding `tokens` each, up to `max_decoders` of them and `budget`
+    tokens per step: one evaluation of the forms over the whole grid."""
+    low = isl if shortest is None else shortest
+    axes = (count_axis(max_decoders), np.linspace(low, isl + osl, CONTEXT_POINTS),
             count_axis(budget), np.linspace(0.0, max(isl - 1, 0), CACHED_POINTS))
     size = int(np.prod([len(a) for a in axes]))
     if size > MAX_GRID_POINTS:

@@ -21,11 +21,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       "per second (20 or 20/s)")
     p.add_argument("--max-concurrency", type=int, metavar="C", help="with --rps: running "
                    "requests per replica (default: the KV capacity at ISL + OSL)")
-    p.add_argument("--simulate", action="store_true", help="with --rps: also run the "
-                   "request-level simulation of the same scheduler")
+    p.add_argument("--simulate", action="store_true", help="also run the request-level "
+                   "simulation of the same scheduler (--rps: Poisson arrivals; --concurrency: "
+                   "the closed loop, its clients sending at once)")
+    p.add_argument("--length-spread", type=float, metavar="S", help="with --simulate: each "
+                   "request's ISL and OSL uniform on L(1 - S) .. L(1 + S) (default 0: all L)")
     p.add_argument("--requests", type=int, default=10_000, metavar="N",
                    help="requests the simulation measures, after 1,000 of warm-up (default 10,000)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="the simulation's seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="the simulation's seed: "
+                   "arrivals and lengths (default 0)")
     add_batching_args(p)
     p.add_argument("--draft", metavar="SPEC|mtp", help="speculative decoding: the draft "
                    "model's spec, or mtp: the spec's own multi-token-prediction layers")
@@ -98,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     if load is None:
         result = serve(engine, request, parse_sets(args.set), draft)
         result["concurrency"] = args.concurrency
+        if args.simulate:
+            from infest.compiler.analyses.serve_open import simulated_closed
+            result["simulated"] = simulated_closed(engine, request, parse_sets(args.set),
+                                                   args.requests, args.seed, _spread(args))
     else:
         from infest.compiler.analyses.serve_open import serve_open
         result = serve_open(engine, request, load, parse_sets(args.set))
@@ -112,17 +120,26 @@ def _open_load(args: argparse.Namespace, request):
     """The open loop of --rps (checked), or None with --concurrency (whose own flags are
     then refused)."""
     from infest.dsl.errors import fail
+    if args.length_spread is not None and not args.simulate:
+        raise fail(None, "--length-spread needs --simulate",
+                   "the closed forms take every request at the mean lengths, --isl and --osl")
     if args.rps is None:
-        for flag, given in (("--max-concurrency", args.max_concurrency is not None),
-                            ("--simulate", args.simulate)):
-            if given:
-                raise fail(None, f"{flag} needs --rps (an open loop)", "e.g. --rps 20")
+        if args.max_concurrency is not None:
+            raise fail(None, "--max-concurrency needs --rps (an open loop)", "e.g. --rps 20")
+        if args.simulate and (args.batching != "continuous" or args.draft is not None):
+            raise fail(None, "--simulate runs the continuous-batching scheduler without a draft",
+                       "drop --batching static and --draft, or --simulate")
         return None
     from infest.compiler.analyses.serve_open import OpenLoad, check_load
     load = OpenLoad(parse_rate("--rps", args.rps), args.max_concurrency, args.simulate,
-                    args.requests, seed=args.seed)
+                    args.requests, seed=args.seed, spread=_spread(args))
     check_load(load, request)
     return load
+
+
+def _spread(args: argparse.Namespace) -> float:
+    """--length-spread (default 0: every request ISL and OSL long)."""
+    return 0.0 if args.length_spread is None else args.length_spread
 
 
 def _draft(args: argparse.Namespace):

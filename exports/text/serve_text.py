@@ -97,9 +97,15 @@ def _cell(fmt, value: Any) -> str:
 
 
 def _simulated_line(s: Mapping[str, Any]) -> str:
-    """The simulation's means and percentiles, one line."""
-    return (f"simulated ({s['requests']:,} requests after {s['warmup']:,} of warm-up, seed "
-            f"{s['seed']}): TTFT mean {duration(s['ttft_s'])} p90 {duration(s['ttft_p90_s'])} "
+    """The simulation's means and percentiles, one line (the closed loop's names its
+    clients per scheduler)."""
+    how = f"seed {s['seed']}"
+    if "clients_per_scheduler" in s:
+        how = f"{s['clients_per_scheduler']:,} clients per scheduler sending at once, " + how
+    if s["length_spread"]:
+        how += f", lengths L x (1 +- {s['length_spread']:g})"
+    return (f"simulated ({s['requests']:,} requests after {s['warmup']:,} of warm-up, "
+            f"{how}): TTFT mean {duration(s['ttft_s'])} p90 {duration(s['ttft_p90_s'])} "
             f"p99 {duration(s['ttft_p99_s'])}; TPOT mean {duration(s['tpot_s'])} p90 "
             f"{duration(s['tpot_p90_s'])} p99 {duration(s['tpot_p99_s'])}")
 

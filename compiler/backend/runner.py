@@ -218,7 +218,7 @@ class Runner:
 
 def _check_sign(name: str, value: Fraction) -> None:
     """Only fields that may be 0 (latencies: compiler/load/hardware.py) may be 0; nothing < 0;
-    efficiencies lie in (0, 1]."""
+    efficiencies lie in (0, 1]; a field with a least value (poll_interval: 1) is at least it."""
     from infest.compiler.load.fields import AT_LEAST, FIELDS, MAY_BE_ZERO, SHARES
     from infest.compiler.load.hardware import in_range, sign_rule
     if in_range(name, value):

@@ -21,8 +21,8 @@ from infest.compiler.analyses.continuous import Budget, Decoding, point_forms
 from infest.compiler.analyses.openloop import solve_grid
 from infest.compiler.analyses.arrivals import QUEUE_KEYS
 from infest.compiler.analyses.serve import DEFAULT_CHUNK, Request, Serving, serve
-from infest.compiler.analyses.serve_open import (OpenLoad, closed_model, serve_open,
-                                                 simulated_closed)
+from infest.compiler.analyses.serve_open import OpenLoad, closed_model, serve_open
+from infest.compiler.analyses.serve_sim import simulated_closed
 from infest.compiler.analyses.simulate import (DEFAULT_REQUESTS, DEFAULT_WARMUP, Load, run,
                                                simulate_closed,
                                                simulate)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients_per_scheduler,
-                                                 latencies, point_forms, schedule, step_costs)
+from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, latencies, point_forms,
+                                                 schedule, step_costs)
 from infest.compiler.analyses.openloop import Closed, solve
 from infest.compiler.analyses.serve import (METRIC_KEYS, PERCENTILE_KEYS, Request, Serving,
                                             check_context, check_request, data_parallel,
@@ -26,9 +26,6 @@ from infest.compiler.analyses.serve import (METRIC_KEYS, PERCENTILE_KEYS, Reques
 from infest.compiler.analyses.simulate import DEFAULT_REQUESTS, DEFAULT_SEED, DEFAULT_WARMUP, Load
 from infest.compiler.backend.runner import evaluate
 from infest.dsl.errors import fail
-
-if TYPE_CHECKING:
-    from infest.compiler.analyses.stepgrid import StepGrid
 
 MAX_RATE = 1e9           # --rps per replica: a typo like 1e15 fails before any work
 
@@ -156,6 +153,7 @@ def simulated(engine: Serving, r: Request, load: OpenLoad, cap: int,
     """The simulation of one scheduler (a data-parallel rank's micro-batch: `degrees` =
     (dp, pp)): its means and percentiles (None when saturated: the queue would only grow
     with the run's length)."""
+    from infest.compiler.analyses.serve_sim import length_grid
     from infest.compiler.analyses.simulate import simulate
     if answer["saturated"]:
         return None
@@ -164,32 +162,3 @@ def simulated(engine: Serving, r: Request, load: OpenLoad, cap: int,
     grid = length_grid(engine, run, dp, cap, overrides)
     return {**simulate(grid, run, load.requests, load.warmup, load.seed),
             "warmup": load.warmup, "seed": load.seed, "length_spread": load.spread}
-
-
-def simulated_closed(engine: Serving, r: Request, overrides: Mapping[str, Any],
-                     requests: int, seed: int, spread: float) -> dict[str, Any]:
-    """serve --concurrency --simulate: one scheduler's closed loop (the busiest data-
-    parallel rank's clients, one pipeline micro-batch's share) run request by request
-    (compiler/analyses/simulate.py `simulate_closed`): its means and percentiles."""
-    from infest.compiler.analyses.simulate import check_run, check_spread, simulate_closed
-    check_run(requests, DEFAULT_WARMUP)
-    check_spread(spread)
-    dp = data_parallel(engine.decode, overrides)
-    pp = layout_degree(engine.decode, overrides, "pp")
-    c = int(clients_per_scheduler(math.ceil(r.concurrency / dp), pp))
-    run = Load(0.0, c, r.isl, r.osl, r.chunk, spread=spread)
-    grid = length_grid(engine, run, dp, c, overrides)
-    got = simulate_closed(grid, run, c, requests, DEFAULT_WARMUP, seed)
-    return {**got, "warmup": DEFAULT_WARMUP, "seed": seed, "length_spread": spread,
-            "clients_per_scheduler": c}
-
-
-def length_grid(engine: Serving, run: "Load", dp: float, decoders: float,
-                overrides: Mapping[str, Any]) -> "StepGrid":
-    """The step-cost grid of one scheduler for the lengths `run` may draw, up to
-    `decoders` decoding at once (compiler/analyses/stepgrid.py)."""
-    from infest.compiler.analyses.stepgrid import build_grid
-    base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
-    shortest, isl, osl = run.longest()
-    return build_grid(point_forms(engine.decode, base), engine.decode, dp, isl, osl, 1.0,
-                      decoders, run.budget, engine.key, shortest)

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         result = serve(engine, request, parse_sets(args.set), draft)
         result["concurrency"] = args.concurrency
         if args.simulate:
-            from infest.compiler.analyses.serve_open import simulated_closed
+            from infest.compiler.analyses.serve_sim import simulated_closed
             result["simulated"] = simulated_closed(engine, request, parse_sets(args.set),
                                                    args.requests, args.seed, _spread(args))
     else:

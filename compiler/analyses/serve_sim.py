@@ -1,0 +1,47 @@
+"""serve's simulation beside its closed forms: the step-cost grid for the lengths a run
+draws, and the closed loop of `serve --concurrency C --simulate`.
+
+The open loop's run (`serve --rps R --simulate`) is compiler/analyses/serve_open.py
+`simulated`; both run compiler/analyses/simulate.py on one scheduler, whose steps cost
+what compiler/analyses/stepgrid.py interpolates from one evaluation of the forms.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Mapping
+
+from infest.compiler.analyses.continuous import clients_per_scheduler, point_forms
+from infest.compiler.analyses.serve import Request, Serving, data_parallel, layout_degree
+from infest.compiler.analyses.simulate import (DEFAULT_WARMUP, Load, check_run, check_spread,
+                                               simulate_closed)
+
+if TYPE_CHECKING:
+    from infest.compiler.analyses.stepgrid import StepGrid
+
+
+def simulated_closed(engine: Serving, r: Request, overrides: Mapping[str, Any],
+                     requests: int, seed: int, spread: float) -> dict[str, Any]:
+    """serve --concurrency --simulate: one scheduler's closed loop (the busiest data-
+    parallel rank's clients, one pipeline micro-batch's share) run request by request
+    (compiler/analyses/simulate.py `simulate_closed`): its means and percentiles."""
+    check_run(requests, DEFAULT_WARMUP)
+    check_spread(spread)
+    dp = data_parallel(engine.decode, overrides)
+    pp = layout_degree(engine.decode, overrides, "pp")
+    c = int(clients_per_scheduler(math.ceil(r.concurrency / dp), pp))
+    run = Load(0.0, c, r.isl, r.osl, r.chunk, spread=spread)
+    grid = length_grid(engine, run, dp, c, overrides)
+    got = simulate_closed(grid, run, c, requests, DEFAULT_WARMUP, seed)
+    return {**got, "warmup": DEFAULT_WARMUP, "seed": seed, "length_spread": spread,
+            "clients_per_scheduler": c}
+
+
+def length_grid(engine: Serving, run: Load, dp: float, decoders: float,
+                overrides: Mapping[str, Any]) -> "StepGrid":
+    """The step-cost grid of one scheduler for the lengths `run` may draw, up to
+    `decoders` decoding at once (compiler/analyses/stepgrid.py)."""
+    from infest.compiler.analyses.stepgrid import build_grid
+    base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
+    shortest, isl, osl = run.longest()
+    return build_grid(point_forms(engine.decode, base), engine.decode, dp, isl, osl, 1.0,
+                      decoders, run.budget, engine.key, shortest)

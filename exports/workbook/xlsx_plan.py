@@ -16,7 +16,8 @@ sheet's own). The sheet then follows serve step by step, each quantity a named c
   each chunk's prompt part and all its tokens together, with every op's terms; below it
   the mixed step per chunk, op by op, combined by continuous.py's MIXED_RULES;
 - TTFT = ttft_steps x the mean mixed step (the estimate's plus the per-request overhead
-  and the closed loop's queueing: the step in progress, the other clients' prompts ahead,
+  and the closed loop's queueing: the scheduler's next look (every poll_interval decode
+  steps; the step in progress at 1), the other clients' prompts ahead,
   those joining its step; compiler/analyses/arrivals.py); TPOT = (mixed_steps x mixed +
   the other decode steps x pure) / (OSL - 1); E2E, tokens/s and the rest as serve's
   `metrics`.

@@ -59,6 +59,7 @@ def test_memory_capacity_in_gib(capsys) -> None:
     (["--set", "nosuch=3"], "--set nosuch: no such input"),
     (["--set", "mem_bw=80GiB"], "--set mem_bw: expected a bytes/s value, got bytes"),
     (["--set", "B=0"], "--set B: the value must be positive"),
+    (["--set", "poll_interval=0.5"], "--set poll_interval: the value must be at least 1"),
     (["--set", "head_dim=64"], "'head_dim' is derived from other params"),
 ])
 def test_bad_set_exits_1_with_message(capsys, args: list[str], message: str) -> None:

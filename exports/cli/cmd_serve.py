@@ -26,9 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the closed loop, its clients sending at once)")
     p.add_argument("--length-spread", type=float, metavar="S", help="with --simulate: each "
                    "request's ISL and OSL uniform on L(1 - S) .. L(1 + S) (default 0: all L)")
-    p.add_argument("--requests", type=int, default=10_000, metavar="N",
-                   help="requests the simulation measures, after 1,000 of warm-up (default 10,000)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="the simulation's seed: "
+    p.add_argument("--requests", type=int, metavar="N", help="with --simulate: requests "
+                   "measured, after 1,000 of warm-up (default 10,000)")
+    p.add_argument("--seed", type=int, metavar="S", help="with --simulate: the seed of its "
                    "arrivals and lengths (default 0)")
     add_batching_args(p)
     p.add_argument("--draft", metavar="SPEC|mtp", help="speculative decoding: the draft "
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         if args.simulate:
             from infest.compiler.analyses.serve_sim import simulated_closed
             result["simulated"] = simulated_closed(engine, request, parse_sets(args.set),
-                                                   args.requests, args.seed, _spread(args))
+                                                   *_simulation(args))
     else:
         from infest.compiler.analyses.serve_open import serve_open
         result = serve_open(engine, request, load, parse_sets(args.set))
@@ -120,9 +120,11 @@ def _open_load(args: argparse.Namespace, request):
     """The open loop of --rps (checked), or None with --concurrency (whose own flags are
     then refused)."""
     from infest.dsl.errors import fail
-    if args.length_spread is not None and not args.simulate:
-        raise fail(None, "--length-spread needs --simulate",
-                   "the closed forms take every request at the mean lengths, --isl and --osl")
+    for flag, given in (("--length-spread", args.length_spread), ("--requests", args.requests),
+                        ("--seed", args.seed)):
+        if given is not None and not args.simulate:
+            raise fail(None, f"{flag} needs --simulate", "the closed forms take every "
+                       "request at the mean lengths, --isl and --osl, and draw nothing")
     if args.rps is None:
         if args.max_concurrency is not None:
             raise fail(None, "--max-concurrency needs --rps (an open loop)", "e.g. --rps 20")
@@ -131,15 +133,20 @@ def _open_load(args: argparse.Namespace, request):
                        "drop --batching static and --draft, or --simulate")
         return None
     from infest.compiler.analyses.serve_open import OpenLoad, check_load
+    requests, seed, spread = _simulation(args)
     load = OpenLoad(parse_rate("--rps", args.rps), args.max_concurrency, args.simulate,
-                    args.requests, seed=args.seed, spread=_spread(args))
+                    requests, seed=seed, spread=spread)
     check_load(load, request)
     return load
 
 
-def _spread(args: argparse.Namespace) -> float:
-    """--length-spread (default 0: every request ISL and OSL long)."""
-    return 0.0 if args.length_spread is None else args.length_spread
+def _simulation(args: argparse.Namespace) -> tuple[int, int, float]:
+    """(--requests, --seed, --length-spread), each its default where not given (10,000
+    requests, seed 0, spread 0: every request ISL and OSL long)."""
+    from infest.compiler.analyses.simulate import DEFAULT_REQUESTS, DEFAULT_SEED
+    return (DEFAULT_REQUESTS if args.requests is None else args.requests,
+            DEFAULT_SEED if args.seed is None else args.seed,
+            0.0 if args.length_spread is None else args.length_spread)
 
 
 def _draft(args: argparse.Namespace):

@@ -256,7 +256,7 @@ def test_lengths_spread_about_their_mean() -> None:
     assert draws[:, 1].min() >= 8 and draws[:, 1].max() <= 12
     assert draws[:, 0].mean() == pytest.approx(1000, rel=0.01)
     assert draws[:, 1].mean() == pytest.approx(10, rel=0.01)
-    assert load.longest() == (800, 1200, 12)
+    assert load.length_bounds() == (800, 1200, 12)
 
 
 def test_requests_of_spread_lengths_leave_out_of_order_and_all_count() -> None:

@@ -42,6 +42,6 @@ def length_grid(engine: Serving, run: Load, dp: float, decoders: float,
     `decoders` decoding at once (compiler/analyses/stepgrid.py)."""
     from infest.compiler.analyses.stepgrid import build_grid
     base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
-    shortest, isl, osl = run.longest()
+    shortest, isl, osl = run.length_bounds()
     return build_grid(point_forms(engine.decode, base), engine.decode, dp, isl, osl, 1.0,
                       decoders, run.budget, engine.key, shortest)

@@ -92,7 +92,7 @@ class Load:
         isl, osl = (int(rng.integers(lo, hi + 1)) for lo, hi in zip(low, high))
         return isl, max(osl, 2)
 
-    def longest(self) -> tuple[int, int, int]:
+    def length_bounds(self) -> tuple[int, int, int]:
         """(the shortest ISL, the longest ISL, the longest OSL) a request may draw."""
         s = self.spread
         return (max(1, math.ceil(self.isl * (1 - s))), math.floor(self.isl * (1 + s)),

@@ -158,6 +158,31 @@ def test_dsa_mla_reads_top_k_and_the_indexer_scans_all(tmp_path: Path) -> None:
     assert r["memory"]["kv_bytes_per_token"] == 1152 + 128
 
 
+# DeepSeek-V3's MLA (config.json: 128 heads, kv_lora_rank 512, qk_rope_head_dim 64,
+# qk_nope_head_dim 128, v_head_dim 128), without the indexer.
+MLA = """
+  x = embed(tokens, 10 -> 7168)
+  q = linear(x, 7168 -> 128 * 192)
+  c = linear(x, 7168 -> 576)
+  a = mla(q, c, 128, 512, 64, 128, 128)
+"""
+
+
+def test_mla_decodes_absorbed_and_prefills_materialised(tmp_path: Path) -> None:
+    up = 2 * 128 * 512 * (128 + 128)              # kv_b_proj on one token: 33,554,432
+    decode = analysis(tmp_path, MLA).evaluate({"B": 1, "N": 4095})
+    # decode, 4096 keys: absorbed 33,554,432 + 4096 x 278,528 = 1,174,405,120; expanding
+    # 4096 keys instead would cost 4096 x 33,554,432 = 137 GFLOP.
+    assert op(decode, "a")["flops"] == up + 4096 * 278_528
+    prefill = analysis(tmp_path, MLA, phase="prefill").evaluate({"B": 1, "N": 4096})
+    # prefill of 4096: (4096 + 1) / 2 = 2048.5 keys a query. Absorbed: 4096 x (33,554,432
+    # + 2048.5 x 278,528) = 2.47e12. Materialised: 4096 keys expanded, 4096 x 33,554,432
+    # = 137,438,953,472, + 4096 x 2048.5 x 2 x 128 x (128 + 64 + 128) = 687,279,489,024.
+    assert op(prefill, "a")["flops"] == 4096 * up + 4096 * 2048.5 * 81_920
+    # the cache is the latent either way: 4096 new tokens x 576 bf16
+    assert op(prefill, "a")["kv_bytes"] == 4096 * 1152
+
+
 def test_softcapping_adds_three_flops_per_logit(tmp_path: Path) -> None:
     body = ("x = embed(tokens, 10 -> 64)\n a = attention(x, x, x, 4, 4, 16, softcap=50)\n"
             " y = linear(x, 64 -> 100, softcap=30)")

@@ -13,7 +13,7 @@ import sympy
 
 from infest.compiler.core.cost import Cost, ZERO
 from infest.compiler.core.dtypes import DType
-from infest.compiler.core.functions import Max
+from infest.compiler.core.functions import Max, Min
 from infest.compiler.core.symbols import B, N, T, sym
 
 # L: tokens held in each sequence's cache after the step (N + T).
@@ -278,22 +278,48 @@ def _attention(op: OpIn) -> OpOut:
 
 
 def _mla(op: OpIn) -> OpOut:
-    """Multi-head latent attention, absorbed form: the cache holds one latent per token."""
+    """Multi-head latent attention: the cache holds one latent per token. FLOPs of the
+    cheaper of its two forms (_mla_flops)."""
     h, rank = op.args["heads"], op.args["kv_lora_rank"]
     rope, nope, vd = op.args["rope_dim"], op.args["nope_dim"], op.args["v_dim"]
     _require(op, 0, h * (nope + rope), "q must be heads * (nope_dim + rope_dim) wide")
     _require(op, 1, rank + rope, "the latent must be kv_lora_rank + rope_dim wide")
     params = rank * h * (nope + vd)  # kv_b_proj, absorbed into q and the output
     per_token = (rank + rope) * KV_ELEM
-    absorb = 2 * h * rank * (nope + vd)             # q_nope -> latent, latent -> v
-    per_key = 2 * h * (rank + rope) + 2 * h * rank  # scores over latent+rope, values over latent
     keys = _keys_per_query(op)
-    cost = Cost(flops=_softcap(op, op.tokens * (absorb + per_key * keys), op.tokens * h * keys),
+    cost = Cost(flops=_softcap(op, _mla_flops(op), op.tokens * h * keys),
                 weight_bytes=params * element_bytes(op.dt.weights),
                 act_bytes=_act(op, op.tokens * (h * (nope + rope) + rank + rope + h * vd)),
                 kv_bytes=B * _read(op) * per_token + op.tokens * per_token)
     return OpOut(h * vd, cost, params=params, kv_cache=_cached(op, L) * per_token,
                  kv_per_token=per_token)
+
+
+def _mla_flops(op: OpIn) -> sympy.Expr:
+    """MLA's two forms, of which engines run the cheaper (vLLM's MLA backend docstring:
+    "compute friendly" for prefill, "data-movement friendly" for decode; SGLang's MHA
+    path for prompts):
+
+    - absorbed (decode): kv_b_proj folds into q and the output (`up` per query token),
+      then every query scores the latent + rope and sums the latent values, one shared
+      576-wide key a head: 2h(rank + rope) + 2h rank per (query, key);
+    - materialised (prefill): kv_b_proj expands every key the step reads into per-head K
+      and V (`up` per key), then plain attention with nope + rope wide keys and v_dim wide
+      values: 2h(nope + rope + v_dim) per (query, key), 3.4x fewer on DeepSeek-V3.
+
+    At T = 1 expanding N keys costs more than it saves, at a long prompt the absorbed
+    form's wide keys do, so Min picks decode's and prefill's forms alike. With
+    `index_topk` (DeepSeek-V3.2) the selected keys differ by query: the absorbed form only.
+    The materialised K and V are the kernel's own traffic and not counted as bytes."""
+    h, rank = op.args["heads"], op.args["kv_lora_rank"]
+    rope, nope, vd = op.args["rope_dim"], op.args["nope_dim"], op.args["v_dim"]
+    up = 2 * h * rank * (nope + vd)  # the latent to K's nope part and to V, per token
+    keys = _keys_per_query(op)
+    absorbed = op.tokens * (up + (2 * h * (rank + rope) + 2 * h * rank) * keys)
+    if _set(op, "index_topk"):
+        return absorbed
+    expanded = (B * _cached(op, N) + op.tokens) * up  # the cached keys and the new ones
+    return Min(absorbed, expanded + op.tokens * 2 * h * (nope + rope + vd) * keys)
 
 
 # Bytes of one selected-token index (int32) that the indexer writes per query.

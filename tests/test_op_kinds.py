@@ -181,6 +181,28 @@ def test_mla_decodes_absorbed_and_prefills_materialised(tmp_path: Path) -> None:
     assert op(prefill, "a")["flops"] == 4096 * up + 4096 * 2048.5 * 81_920
     # the cache is the latent either way: 4096 new tokens x 576 bf16
     assert op(prefill, "a")["kv_bytes"] == 4096 * 1152
+    chunk = analysis(tmp_path, MLA).evaluate({"B": 2, "N": 1024, "T": 2048})
+    # a chunk of 2048 on 1024 cached, 2 sequences: 1024 + 2049 / 2 = 2048.5 keys a query.
+    # Materialised: (2 x 1024 cached + 4096 new) keys expanded + 4096 x 2048.5 x 81,920
+    # = 206,158,430,208 + 687,279,489,024 (absorbed: 2.47e12, as the prefill above).
+    assert op(chunk, "a")["flops"] == 6144 * up + 4096 * 2048.5 * 81_920
+
+
+@pytest.mark.parametrize("phase,edits", [("decode", {"B": 8, "N": 4095}),
+                                         ("decode", {"B": 2, "N": 1024, "T": 2048}),
+                                         ("prefill", {"B": 2, "N": 8192})])
+def test_workbook_of_mla_equals_eval(tmp_path: Path, soffice: str, phase: str,
+                                     edits: dict) -> None:
+    # The Min of MLA's two forms as a live formula: the absorbed form at T = 1, the
+    # materialised one in a chunk of 2048 on 1024 cached and in a prefill.
+    from test_workbook import _assert_close, _no_error_cells, _recalculated
+    from workbooks import named_cell
+    a = analysis(tmp_path, MLA, phase=phase)
+    wb = _recalculated(tmp_path, a, edits, soffice)
+    expected = a.evaluate(edits)
+    assert _no_error_cells(wb) == []
+    _assert_close(named_cell(wb, "out_flops").value, expected["step"]["flops"], "flops")
+    _assert_close(named_cell(wb, "out_roofline_s").value, expected["step"]["roofline_s"], "roofline_s")
 
 
 def test_softcapping_adds_three_flops_per_logit(tmp_path: Path) -> None:

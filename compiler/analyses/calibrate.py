@@ -26,6 +26,10 @@ MEASUREMENTS.csv has a header row and one row per measurement:
     poll_interval  a serving run's decode steps between the scheduler's looks for new
                requests, 1 or more (empty: 1; SGLang --scheduler-recv-interval k: k,
                compiler/analyses/arrivals.py)
+    prompts    a ttft_s serving row's prompts in all, when its clients started at once
+               (empty: the steady state): TTFT is then the mean a benchmark of that many
+               prompts reports, its first wave included (serve --prompts,
+               compiler/analyses/startup.py)
 
 Other columns (source, notes) are kept for people and not read. The estimate of a row is
 the sum over ops of count x each op's estimate (compiler/core/estimate_rule.py, the rule
@@ -213,16 +217,24 @@ def _request(text: Mapping[str, str], span: Span) -> dict[str, int]:
             or not all(text.get(k) for k in SERVING_COLUMNS):
         return {}
     from infest.compiler.analyses.serve import DEFAULT_CHUNK
+    from infest.compiler.analyses.startup import check_prompts
     out = {k: _whole(text, k, span, None) for k in SERVING_COLUMNS}
     out["chunk"] = _whole(text, "chunk", span, DEFAULT_CHUNK)
     if out["osl"] < 2:
         raise fail(span, f"osl {out['osl']}: TPOT needs at least 2 output tokens")
+    if text.get("prompts"):
+        if text.get("quantity") != "ttft_s":
+            raise fail(span, "prompts shapes TTFT only (the start-up wave's prompts)",
+                       "leave prompts empty on a tpot_s row")
+        out["prompts"] = _whole(text, "prompts", span, None)
+        check_prompts(out["prompts"], out["concurrency"], "prompts", span)
     return out
 
 
 def request_of(row: Row) -> dict[str, int] | None:
     """A serving row's request (isl, osl, concurrency, chunk), None for a step row."""
-    return {k: row.point[k] for k in (*SERVING_COLUMNS, "chunk")} if "isl" in row.point else None
+    return {k: row.point[k] for k in (*SERVING_COLUMNS, "chunk", "prompts") if k in row.point} \
+        if "isl" in row.point else None
 
 
 def quantity(row: Row) -> str:

@@ -190,6 +190,11 @@ def arrival_inputs(values: Mapping[str, Any], key: str) -> dict[str, Any]:
             "poll": values.get("poll_interval", 1.0)}
 
 
+def stacked_parts(forms: Forms, points: list[Mapping[str, float]]) -> list["_Part"]:
+    """The forms at scalar points (each a B, T, N), in one call: one part each."""
+    return _stacked(forms, [{k: np.array([v], dtype=float) for k, v in x.items()} for x in points])
+
+
 def _stacked(forms: Forms, parts: list[Mapping[str, Any]]) -> list["_Part"]:
     """The forms at every point of `parts` (each B, T, N broadcast to a common shape but
     the last axis), in one call, and a view of each part's slice of the last axis."""

@@ -42,6 +42,7 @@ from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, clients
                                                  point_forms, schedule, step_costs)
 from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, draft_overrides,
                                                   speculate, tokens_per_round)
+from infest.compiler.analyses.startup import check_prompts, reported, wave_position, wave_ttft
 from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
 from infest.dsl.errors import fail
@@ -77,6 +78,7 @@ class Request:
     concurrency: int | None
     batching: str = DEFAULT_BATCHING
     chunk: int = DEFAULT_CHUNK
+    prompts: int | None = None   # a benchmark's prompts in all: TTFT its mean (startup.py)
 
 
 @dataclass
@@ -110,6 +112,11 @@ def check_request(r: Request) -> None:
     _count("--chunk", r.chunk, 1, MAX_TOKENS, "MAX_TOKENS")
     if r.batching not in BATCHING:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
+    if r.prompts is not None:
+        if r.concurrency is None or r.batching != "continuous":
+            raise fail(None, "--prompts is a closed loop's benchmark under continuous batching",
+                       "use it with --concurrency and without --batching static")
+        check_prompts(r.prompts, r.concurrency)
 
 
 def check_context(runner: "Runner", isl: int, osl: int, overrides: Mapping[str, Any]) -> None:
@@ -248,8 +255,11 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
         sched, out, queue = plain
+        extra = {}
+        if r.prompts is not None:
+            out, extra["startup"] = _started(engine, budget, c, dp, overrides, out, r)
         return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched),
-                                      "queueing": queue})
+                                      "queueing": queue, **extra})
     spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides, rank * dp)
     sched, out, queue = spec
     ttft, tpot = _pair(engine, out)
@@ -259,6 +269,18 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
              "plain_tpot_s": base, "breakeven_acceptance": breakeven(draft.length, round_s / base)}
     return ttft, tpot, {**info, "fits": info["fits"] and fits, "speculative": notes,
                         "schedule": schedule_summary(sched), "queueing": queue}
+
+
+def _started(engine: Serving, budget: Budget, c: int, dp: float, overrides: Mapping[str, Any],
+             out: Mapping[str, tuple[float, float]], r: Request):
+    """TTFT as a benchmark of r.prompts prompts from a synchronised start reports it
+    (compiler/analyses/startup.py), and what it took (the `startup` JSON key)."""
+    base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
+    share = r.concurrency / r.prompts
+    wave = {k: wave_ttft(engine.decode, base, c, dp, budget, k) for k in KEYS}
+    got = {k: (float(reported(out[k][0], wave[k], share)), out[k][1]) for k in KEYS}
+    return got, {"prompts": r.prompts, "share": share, "steady_ttft_s": out[engine.key][0],
+                 "wave_ttft_s": wave[engine.key], "wave_steps": wave_position(c, budget)}
 
 
 def _pair(engine: Serving, out: Mapping[str, tuple[float, float]]):

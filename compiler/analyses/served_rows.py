@@ -26,7 +26,8 @@ import numpy as np
 from infest.compiler.analyses.arrivals import QUEUED_KEY, queued_latencies
 from infest.compiler.analyses.continuous import (Budget, Decoding, chunk_mean,
                                                  clients_per_scheduler, hand_off_ops, mixed_ops,
-                                                 point_forms, schedule, step_parts)
+                                                 point_forms, schedule, stacked_parts, step_parts)
+from infest.compiler.analyses.startup import reported, wave_points, wave_position
 from infest.compiler.core.estimate_rule import (ESTIMATE_OP_KEYS, NUMERIC, Kind, op_estimate,
                                                 step_estimate)
 
@@ -88,6 +89,9 @@ class Served:
     decoding: Decoding
     quantity: str
     clients: float
+    wave: StepPieces | None = None   # a benchmark's start-up wave step (prompts given)
+    position: float = 0.0            # its prompts' mean wave step (startup.wave_position)
+    share: float = 0.0               # its prompts' share of the benchmark's, C / P
 
     def estimate(self, values: Mapping[str, Any]) -> Any:
         """The row's TPOT or TTFT at these parameters (scalars or arrays that broadcast)."""
@@ -99,7 +103,12 @@ class Served:
                 "poll": col["poll_interval"][..., 0, 0]}
         got = queued_latencies(self.clients, self.budget, self.decoding, self.schedule, cost,
                                QUEUED_KEY)
-        return got["ttft"] if self.quantity == "ttft_s" else got["tpot"]
+        if self.quantity != "ttft_s":
+            return got["tpot"]
+        if self.wave is None:
+            return got["ttft"]
+        wave = cost["request"] + self.position * (self.wave.cost(col)[..., 0] + overhead)
+        return reported(got["ttft"], wave, self.share)
 
 
 def served(decode: "Runner", point: Mapping[str, int], request: Mapping[str, int],
@@ -119,8 +128,14 @@ def served(decode: "Runner", point: Mapping[str, int], request: Mapping[str, int
     mixed = stacked(mixed_ops(decode, [pieces[0], pieces[2]], pieces[3]), points,
                     hand_off_ops(decode, pieces[3]))
     pure = stacked(_ops(decode, pieces[1]), 1, hand_off_ops(decode, pieces[1]))
+    wave = {}
+    if request.get("prompts"):
+        part, tot = stacked_parts(point_forms(decode, base), wave_points(clients, dp, budget))
+        wave = {"wave": stacked(mixed_ops(decode, [part], tot), 1, hand_off_ops(decode, tot)),
+                "position": wave_position(clients, budget),
+                "share": request["concurrency"] / request["prompts"]}
     return Served(mixed, pure, np.asarray(w, float), sched, budget, decoding, quantity,
-                  float(clients))
+                  float(clients), **wave)
 
 
 def _ops(runner: "Runner", values: Mapping[str, Any]):

@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "measured, after 1,000 of warm-up (default 10,000)")
     p.add_argument("--seed", type=int, metavar="S", help="with --simulate: the seed of its "
                    "arrivals and lengths (default 0)")
+    p.add_argument("--prompts", type=int, metavar="P", help="with --concurrency: TTFT as a "
+                   "benchmark of P prompts reports it, its clients started at once (the first "
+                   "C prompts' start-up wave in the mean; default: the steady state)")
     add_batching_args(p)
     p.add_argument("--draft", metavar="SPEC|mtp", help="speculative decoding: the draft "
                    "model's spec, or mtp: the spec's own multi-token-prediction layers")
@@ -89,11 +92,15 @@ def run(args: argparse.Namespace) -> int:
     from infest.compiler.analyses.serve import Request, check_request, serve
     from infest.dsl.errors import fail
     from infest.exports.text.serve_text import serve_text
-    request = Request(args.isl, args.osl, args.concurrency, args.batching, chunk_of(args))
+    request = Request(args.isl, args.osl, args.concurrency, args.batching, chunk_of(args),
+                      args.prompts)
     check_request(request)
     from infest.compiler.analyses.budget import check_serve_job
     check_serve_job(request.isl, request.chunk, request.batching)
     load = _open_load(args, request)
+    if args.prompts is not None and args.draft is not None:
+        raise fail(None, "--prompts with --draft: the start-up wave is not modelled with "
+                   "speculation", "drop --prompts or --draft")
     draft = _draft(args)
     if load is not None and draft is not None:
         raise fail(None, "--rps with --draft: the open loop does not model speculation yet",

@@ -70,6 +70,8 @@ def serve_text(r: Mapping[str, Any]) -> str:
         lines.append(_schedule_line(r["schedule"]))
     if r.get("queueing"):
         lines.append(_queue_line(r["queueing"]))
+    if r.get("startup"):
+        lines.append(_startup_line(r["startup"]))
     if "speculative" in r:
         lines.append(_speculative_line(r["speculative"]))
     lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
@@ -85,6 +87,14 @@ def _queue_line(q: Mapping[str, Any]) -> str:
     return (f"arrival waits in the estimate's TTFT: {look} {duration(q['residual_s'])}, "
             f"prompts ahead {duration(q['wait_s'])}, joining its step {duration(q['share_s'])} "
             f"(token budget utilisation {q['budget_utilisation']:.3f})")
+
+
+def _startup_line(s: Mapping[str, Any]) -> str:
+    """How --prompts P weighed the start-up wave into TTFT (compiler/analyses/startup.py)."""
+    return (f"TTFT is the mean over {s['prompts']:,} prompts from a synchronised start: the "
+            f"first wave ({s['share']:.1%} of them) {duration(s['wave_ttft_s'])} (its prompts "
+            f"end their prefill in wave step {s['wave_steps']:.3g} on average), the rest the steady state "
+            f"{duration(s['steady_ttft_s'])} (estimates)")
 
 
 _OPEN_ROWS = (("TTFT p90", "ttft_p90_s", duration), ("TTFT p99", "ttft_p99_s", duration),

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from infest.compiler.analyses.continuous import clients_per_scheduler, point_forms
 from infest.compiler.analyses.serve import Request, Serving, data_parallel, layout_degree
-from infest.compiler.analyses.simulate import (DEFAULT_WARMUP, Load, check_run, check_spread,
-                                               simulate_closed)
+from infest.compiler.analyses.simulate import (DEFAULT_WARMUP, MAX_REQUESTS, Load, check_run,
+                                               check_spread, simulate_closed)
+from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
     from infest.compiler.analyses.stepgrid import StepGrid
@@ -23,16 +24,25 @@ def simulated_closed(engine: Serving, r: Request, overrides: Mapping[str, Any],
                      requests: int, seed: int, spread: float) -> dict[str, Any]:
     """serve --concurrency --simulate: one scheduler's closed loop (the busiest data-
     parallel rank's clients, one pipeline micro-batch's share) run request by request
-    (compiler/analyses/simulate.py `simulate_closed`): its means and percentiles."""
-    check_run(requests, DEFAULT_WARMUP)
-    check_spread(spread)
+    (compiler/analyses/simulate.py `simulate_closed`): its means and percentiles. With
+    r.prompts, the benchmark as run: its share of the prompts from the synchronised start,
+    every one measured (no warm-up), as serve --prompts takes them."""
     dp = data_parallel(engine.decode, overrides)
+    warmup = DEFAULT_WARMUP
+    if r.prompts is not None:
+        requests, warmup = math.ceil(r.prompts / dp), 0
+        if requests > MAX_REQUESTS:
+            raise fail(None, f"--prompts {r.prompts:,} with --simulate: {requests:,} requests "
+                       f"a scheduler, more than MAX_REQUESTS = {MAX_REQUESTS:,}",
+                       "simulate fewer prompts, or drop --simulate")
+    check_run(requests, warmup)
+    check_spread(spread)
     pp = layout_degree(engine.decode, overrides, "pp")
     c = int(clients_per_scheduler(math.ceil(r.concurrency / dp), pp))
     run = Load(0.0, c, r.isl, r.osl, r.chunk, spread=spread)
     grid = length_grid(engine, run, dp, c, overrides)
-    got = simulate_closed(grid, run, c, requests, DEFAULT_WARMUP, seed)
-    return {**got, "warmup": DEFAULT_WARMUP, "seed": seed, "length_spread": spread,
+    got = simulate_closed(grid, run, c, requests, warmup, seed)
+    return {**got, "warmup": warmup, "seed": seed, "length_spread": spread,
             "clients_per_scheduler": c}
 
 

@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     from infest.compiler.analyses.budget import check_serve_job
     check_serve_job(request.isl, request.chunk, request.batching)
     load = _open_load(args, request)
+    if args.prompts is not None and args.requests is not None:
+        raise fail(None, "--prompts with --requests: --prompts sets the simulated requests "
+                   "(the benchmark as run, no warm-up)", "drop --requests")
     if args.prompts is not None and args.draft is not None:
         raise fail(None, "--prompts with --draft: the start-up wave is not modelled with "
                    "speculation", "drop --prompts or --draft")

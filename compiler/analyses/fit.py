@@ -5,8 +5,8 @@ Each parameter p of a row on GPU g under engine e of family f is
     p = exp(shared_p + gpu_p[g] + engine_p[f] + engine_p[e])    (an efficiency capped at 1)
 
 where `shared` holds the physics every row shares and the offsets hold what a GPU
-(eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_attn,
-eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead) adds. An engine profile that is a build
+(eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_flops,
+eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead) adds. An engine profile that is a build
 or an era of another (its "family": vllm-rocm of vllm, sglang-0.4 of sglang) adds its own
 offset to its family's (engine_p[f], the same table; none when e is its own family), so a
 build measured on one GPU only is predicted elsewhere from what its family pays. A
@@ -58,21 +58,21 @@ BOUNDS = {"eff_mem": (0.05, 1.0), "eff_flops": (0.05, 1.0), "eff_attn": (0.05, 1
           "step_overhead": (1e-7, 1.0), "request_overhead": (1e-7, 10.0)}
 SHARES = tuple(k for k in PRIOR if k in RATIOS)     # capped at 1
 PER_GPU = ("eff_mem", "eff_flops")
-PER_ENGINE = ("eff_mem", "eff_attn", "eff_kv", "kernel_latency", "step_overhead",
+PER_ENGINE = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "kernel_latency", "step_overhead",
               "request_overhead")
 # Parameters no two engines share: their shared value stays at the prior's centre (not
 # fitted) and each engine's offset carries all of its value, so one engine's per-request
 # costs (SGLang's ~0.3 s TTFT on DeepSeek) never move another's.
 ENGINE_ONLY = ("request_overhead",)
 # How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
-# kernels reach their datasheet within ~30%, an engine's weight reads too (0.3); its
-# attention kernels, prefill (eff_attn) and decode (eff_kv), differ more (0.5: each engine
+# kernels reach their datasheet within ~30%, an engine's weight reads and GEMMs too (0.3:
+# DeepGEMM, cuBLAS, hipBLASLt, llama.cpp's quantized GEMMs); its attention kernels, prefill (eff_attn) and decode (eff_kv), differ more (0.5: each engine
 # ships its own, FlashInfer, TensorRT-LLM's FMHA, AITER on ROCm, llama.cpp's; paged
 # attention on ROCm against FlashAttention-class kernels); its fixed costs are its own (a
 # step costs tens of us to milliseconds by engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
-ENGINE_SD = {"eff_mem": 0.3, "eff_attn": 0.5, "eff_kv": 0.5, "kernel_latency": 2.0,
-             "step_overhead": 2.0, "request_overhead": 2.0}
+ENGINE_SD = {"eff_mem": 0.3, "eff_flops": 0.3, "eff_attn": 0.5, "eff_kv": 0.5,
+             "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}
 # The spread of a measurement's ln(time) about the model (sd): public figures converted to
 # step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
 # residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.

@@ -73,19 +73,19 @@ EXPLAINED = {
     ("llama70b", "ttft, budget 2048"): "queueing factor 2.65 x a 511.9 ms mixed step of "
     "4 prompts (README: TTFT)",
     ("llama70b", "ttft, budget 8192"): "queueing factor 2.65 (README: TTFT)",
-    ("quickstart", "plan: GPUs for 128 users"): "TPOT at tp4 C=16 is 11.2 ms in infest, 8.8 ms "
+    ("quickstart", "plan: GPUs for 128 users"): "TPOT at tp4 C=16 is 11.1 ms in infest, 8.8 ms "
     "in aiconfigurator, either side of the 10 ms limit: 709 kernels a step at the "
-    "TensorRT-LLM profile's fitted 4.5 us each (eight public end-to-end rows pin it "
+    "TensorRT-LLM profile's fitted 5.1 us each (eight public end-to-end rows pin it "
     "loosely: the second round's fit had 3.0 us and 9.5 ms, 32 GPUs) (README: Plan)",
-    ("qwen3_32b", "plan: GPUs for 80 users"): "TPOT at tp4 C=40 is 28.3 ms in infest, 19.8 ms "
-    "in aiconfigurator, either side of the 20 ms limit: the profile's 4.5 us per kernel, as "
-    "above, and the prompt tokens riding each step at eff_flops 0.44 (README: Plan)",
-    ("llama70b", "plan: GPUs for 500 users"): "TPOT at tp4 C=64 is 67 ms in infest, 44 ms in "
+    ("qwen3_32b", "plan: GPUs for 80 users"): "TPOT at tp4 C=40 is 27.7 ms in infest, 19.8 ms "
+    "in aiconfigurator, either side of the 20 ms limit: the profile's 5.1 us per kernel, as "
+    "above, and the prompt tokens riding each step at eff_flops 0.46 (README: Plan)",
+    ("llama70b", "plan: GPUs for 500 users"): "TPOT at tp4 C=64 is 66 ms in infest, 44 ms in "
     "aiconfigurator, either side of the 50 ms limit: the ~430 prompt tokens riding each step "
-    "run at the TensorRT-LLM profile's fitted eff_flops 0.44 in infest, at ~80% of peak in "
+    "run at the TensorRT-LLM profile's fitted eff_flops 0.46 in infest, at ~80% of peak in "
     "aiconfigurator's GEMM tables (README: Plan)",
     ("llama70b", "tpot, budget 2048"): "the ~430 prompt tokens riding each step at the "
-    "profile's fitted eff_flops 0.44 against ~80% of peak in aiconfigurator's GEMM tables "
+    "profile's fitted eff_flops 0.46 against ~80% of peak in aiconfigurator's GEMM tables "
     "(README: TPOT)",
     ("llama70b", "tpot, budget 8192"): "the prompt tokens riding each step, as above "
     "(README: TPOT)",

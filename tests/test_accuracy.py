@@ -49,7 +49,7 @@ def test_leave_one_out_meets_the_issues_median_target() -> None:
     # Issue #23's target: each public measurement predicted by a fit to the others, median
     # |error| <= 12% (its worst-case target of 40% is not met: docs/accuracy.md says which
     # rows miss it and why). A change to the estimate that loses out-of-sample accuracy
-    # fails here. 63 least-squares fits, each vectorised: seconds.
+    # fails here. One least-squares fit per row (88), each vectorised: minutes.
     import statistics
     from infest.compiler.analyses import fit as jf
     accuracy = _accuracy()

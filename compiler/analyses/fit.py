@@ -6,8 +6,8 @@ Each parameter p of a row on GPU g under engine e of family f is
 
 where `shared` holds the physics every row shares and the offsets hold what a GPU
 (eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_flops,
-eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead) adds. An engine profile that is a build
-or an era of another (its "family": vllm-rocm of vllm, sglang-0.4 of sglang) adds its own
+eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead) adds.
+An engine profile that is a build or an era of another (its "family": vllm-rocm of vllm, sglang-0.4 of sglang) adds its own
 offset to its family's (engine_p[f], the same table; none when e is its own family), so a
 build measured on one GPU only is predicted elsewhere from what its family pays. A
 parameter no two engines share (ENGINE_ONLY: the per-request overhead) keeps its shared
@@ -66,8 +66,8 @@ PER_ENGINE = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "kernel_latency", "s
 ENGINE_ONLY = ("request_overhead",)
 # How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
 # kernels reach their datasheet within ~30%, an engine's weight reads and GEMMs too (0.3:
-# DeepGEMM, cuBLAS, hipBLASLt, llama.cpp's quantized GEMMs); its attention kernels, prefill (eff_attn) and decode (eff_kv), differ more (0.5: each engine
-# ships its own, FlashInfer, TensorRT-LLM's FMHA, AITER on ROCm, llama.cpp's; paged
+# DeepGEMM, cuBLAS, hipBLASLt, llama.cpp's quantized GEMMs); its attention kernels,
+# prefill (eff_attn) and decode (eff_kv), differ more (0.5: each engine ships its own, FlashInfer, TensorRT-LLM's FMHA, AITER on ROCm, llama.cpp's; paged
 # attention on ROCm against FlashAttention-class kernels); its fixed costs are its own (a
 # step costs tens of us to milliseconds by engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}

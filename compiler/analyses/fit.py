@@ -7,9 +7,10 @@ Each parameter p of a row on GPU g under engine e of family f is
 where `shared` holds the physics every row shares and the offsets hold what a GPU
 (eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_flops,
 eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead) adds.
-An engine profile that is a build or an era of another (its "family": vllm-rocm of vllm, sglang-0.4 of sglang) adds its own
-offset to its family's (engine_p[f], the same table; none when e is its own family), so a
-build measured on one GPU only is predicted elsewhere from what its family pays. A
+An engine profile that is a build or an era of another (its "family": vllm-rocm of vllm,
+sglang-0.4 of sglang) adds its own offset to its family's (engine_p[f], the same table;
+none when e is its own family), so a build measured on one GPU only is predicted
+elsewhere from what its family pays. A
 parameter no two engines share (ENGINE_ONLY: the per-request overhead) keeps its shared
 value at the prior's centre and lives in the engines' offsets alone. The fit minimises, with
 `scipy.optimize.least_squares` inside bounds,

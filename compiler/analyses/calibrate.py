@@ -232,7 +232,8 @@ def _request(text: Mapping[str, str], span: Span) -> dict[str, int]:
 
 
 def request_of(row: Row) -> dict[str, int] | None:
-    """A serving row's request (isl, osl, concurrency, chunk), None for a step row."""
+    """A serving row's request (isl, osl, concurrency, chunk and, where given, prompts),
+    None for a step row."""
     return {k: row.point[k] for k in (*SERVING_COLUMNS, "chunk", "prompts") if k in row.point} \
         if "isl" in row.point else None
 

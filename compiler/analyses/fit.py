@@ -68,9 +68,10 @@ ENGINE_ONLY = ("request_overhead",)
 # How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
 # kernels reach their datasheet within ~30%, an engine's weight reads and GEMMs too (0.3:
 # DeepGEMM, cuBLAS, hipBLASLt, llama.cpp's quantized GEMMs); its attention kernels,
-# prefill (eff_attn) and decode (eff_kv), differ more (0.5: each engine ships its own, FlashInfer, TensorRT-LLM's FMHA, AITER on ROCm, llama.cpp's; paged
-# attention on ROCm against FlashAttention-class kernels); its fixed costs are its own (a
-# step costs tens of us to milliseconds by engine), sd 2.
+# prefill (eff_attn) and decode (eff_kv), differ more (0.5: each engine ships its own,
+# FlashInfer, TensorRT-LLM's FMHA, AITER on ROCm, llama.cpp's; paged attention on ROCm
+# against FlashAttention-class kernels); its fixed costs are its own (a step costs tens
+# of us to milliseconds by engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
 ENGINE_SD = {"eff_mem": 0.3, "eff_flops": 0.3, "eff_attn": 0.5, "eff_kv": 0.5,
              "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}

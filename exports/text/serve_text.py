@@ -93,8 +93,8 @@ def _startup_line(s: Mapping[str, Any]) -> str:
     """How --prompts P weighed the start-up wave into TTFT (compiler/analyses/startup.py)."""
     return (f"TTFT is the mean over {s['prompts']:,} prompts from a synchronised start: the "
             f"first wave ({s['share']:.1%} of them) {duration(s['wave_ttft_s'])} (its prompts "
-            f"end their prefill in wave step {s['wave_steps']:.3g} on average), the rest the steady state "
-            f"{duration(s['steady_ttft_s'])} (estimates)")
+            f"end their prefill in wave step {s['wave_steps']:.3g} on average), the rest the "
+            f"steady state {duration(s['steady_ttft_s'])} (estimates)")
 
 
 _OPEN_ROWS = (("TTFT p90", "ttft_p90_s", duration), ("TTFT p99", "ttft_p99_s", duration),

@@ -50,7 +50,9 @@ HEADERS = ["server", "model", "GPU", "layout", "quantity", "B", "N", "measured m
            "bound/meas", "profile est/meas", "fitted/meas", "LOO/meas", "LOGO/meas"]
 FIT_COLUMNS = 3            # the last columns come from the fit (blank with --quick)
 PROFILE_FIELDS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
-                  "step_overhead", "request_overhead")
+                  "step_overhead", "request_overhead", "sm_bytes_per_cycle")
+# Written only for an engine the fit gave its own value (else the field's default holds).
+ENGINE_OWN = ("request_overhead", "sm_bytes_per_cycle")
 # Issue #23's targets (|error| of the row's quantity): (median, worst) or median alone.
 TARGETS = {"leave-one-out": (0.12, 0.40), "leave-one-GPU-out": (0.20, None)}
 
@@ -201,7 +203,7 @@ def write_profiles(full: jf.Fit, rows: int) -> None:
         values = full.values("", engine)
         own = {k for e in jf.engine_groups(engine) for k in full.engine.get(e, {})}
         data["fields"] = {k: {"value": float(f"{values[k]:.4g}"), "source": source}
-                          for k in PROFILE_FIELDS if k != "request_overhead" or k in own}
+                          for k in PROFILE_FIELDS if k not in ENGINE_OWN or k in own}
         path.write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from infest.compiler.passes.collectives import LINK_FIELDS, NET_FIELDS, Links
 from infest.compiler.core.elaborate import elaborate
 from infest.compiler.core.graph import CompiledModel
+from infest.compiler.core.estimate_rule import HARDWARE_PARAMS
 from infest.compiler.forms.evaluate import build_runner
 from infest.compiler.passes.engine import engine_hardware, resolve_engine
 from infest.compiler.load.fields import REQUIRED
@@ -43,7 +44,7 @@ def load_model(path: str | Path, model: str | None = None,
 
 
 def _hardware_field_names(program: Program) -> set[str]:
-    names = set(REQUIRED) | {"sms"}
+    names = set(REQUIRED) | set(HARDWARE_PARAMS)
     for hw, _ in program.hardware.values():
         names.update(f.name for f in hw.fields)
     return names

@@ -1,4 +1,4 @@
-"""Units on literals: every value is stored in base units (bytes, B/s, FLOP/s, FLOP, s);
+"""Units on literals: every value is stored in base units (bytes, B/s, FLOP/s, FLOP, s, Hz);
 integer-op rates (`TOPS`, `TOP/s`) are stored as FLOP/s, one op each.
 
 Decimal prefixes are powers of 1000 (GB = 1e9 bytes, TB/s = 1e12 bytes/s), binary
@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-BYTES, BANDWIDTH, FLOPS_RATE, FLOP_COUNT, TIME, COUNT = (
-    "bytes", "bytes/s", "FLOP/s", "FLOP", "s", "count")
+BYTES, BANDWIDTH, FLOPS_RATE, FLOP_COUNT, TIME, COUNT, FREQUENCY = (
+    "bytes", "bytes/s", "FLOP/s", "FLOP", "s", "count", "Hz")
 
 _DECIMAL = {"": 1, "K": 10**3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -31,6 +31,7 @@ def _build_table() -> dict[str, tuple[Fraction, str]]:
         for spelling in ("FLOP/s", "FLOPS", "FLOPs/s", "OP/s", "OPS"):
             table[f"{prefix}{spelling}"] = (f, FLOPS_RATE)
         table[f"{prefix}FLOP"] = (f, FLOP_COUNT)
+        table[f"{prefix}Hz"] = (f, FREQUENCY)     # a GPU's clock: 1980 MHz
     table.update({"ns": (Fraction(1, 10**9), TIME), "us": (Fraction(1, 10**6), TIME),
                   "ms": (Fraction(1, 10**3), TIME), "s": (Fraction(1), TIME)})
     table.update({"k": (Fraction(1024), COUNT), "K": (Fraction(1024), COUNT),

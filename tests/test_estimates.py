@@ -180,8 +180,15 @@ def test_calibration_recombines_the_compiled_estimate(tmp_path: Path) -> None:
         assert float(p.estimate({})) == pytest.approx(want, rel=1e-12)
 
 
-def _synthetic(n: int, truth: dict[str, float]) -> list[cal.Prepared]:
-    """Rows of made-up terms whose measurement is the estimate at `truth`."""
+# Two made-up GPUs without a clock (no per-SM ceiling).
+NO_CLOCK = {"sms": 132, "clock": 0.0, "mem_bw": 3.35e12}
+
+
+def _synthetic(n: int, truth: dict[str, float],
+               hardware: dict[str, dict[str, float]] | None = None) -> list[cal.Prepared]:
+    """Rows of made-up terms whose measurement is the estimate at `truth`, on GPUs g1 and
+    g2 (`hardware`: their sms, clock and mem_bw)."""
+    hardware = hardware or {"g1": NO_CLOCK, "g2": NO_CLOCK}
     rng = np.random.default_rng(7)
     rows = []
     for i in range(n):
@@ -195,7 +202,7 @@ def _synthetic(n: int, truth: dict[str, float]) -> list[cal.Prepared]:
             terms[k] = np.ones(ops)
         kind = cal.Kind((np.arange(ops) < 2).astype(float), np.zeros(ops), np.zeros(ops))  # 2 attention ops
         inputs = {k: float(v) for k, v in cal.ESTIMATE_DEFAULTS.items()}
-        inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8, sms=132)
+        inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8, **hardware[gpu])
         row = cal.Row(Span("synthetic", i + 1, 1, i + 1, 2), "s", gpu, "decode", None, engine,
                       {"B": 1, "N": 1, "T": 1, "tp": 1, "ep": 1, "pp": 1, "dp": 1}, 1.0)
         p = cal.Prepared(row, np.ones(ops), terms, kind, 0.0, 0.0, inputs)
@@ -219,6 +226,60 @@ def test_the_regularised_fit_recovers_known_parameters() -> None:
     # A GPU held out gets the shared values: its offset is 0.
     assert f.values("unseen", "e1")["eff_mem"] == pytest.approx(
         math.exp(math.log(f.shared["eff_mem"]) + f.engine["e1"]["eff_mem"]))
+
+
+def test_the_fit_recovers_a_per_sm_ceiling() -> None:
+    # Every row's engine streams at most 6 bytes per SM-cycle. On an A100-like GPU (108
+    # SMs, 1410 MHz, 2039 GB/s) that is 108 x 1.41e9 x 6 / 2.039e12 = 0.448 of mem_bw,
+    # below eff_mem 0.75: it binds. On a GDDR GPU like the RTX 4090 (128 SMs, 2520 MHz,
+    # 1008 GB/s) it is 1.92: eff_mem binds. The fit starts the ceiling binding (its
+    # default, 32, binds on neither) and finds both.
+    truth = {"eff_mem": 0.75, "eff_flops": 0.6, "eff_attn": 0.45, "eff_kv": 0.65, "eff_link": 0.8,
+             "kernel_latency": 5e-6, "step_overhead": 2e-4, "request_overhead": 0.0,
+             "sm_bytes_per_cycle": 6.0}
+    hardware = {"g1": {"sms": 108, "clock": 1.41e9, "mem_bw": 2.039e12},
+                "g2": {"sms": 128, "clock": 2.52e9, "mem_bw": 1.008e12}}
+    rows = _synthetic(60, truth, hardware)
+    f = jf.fit_all(rows)
+    for gpu in ("g1", "g2"):
+        got = f.values(gpu, "e1")
+        assert got["sm_bytes_per_cycle"] == pytest.approx(6.0, rel=0.05), gpu
+        assert got["eff_mem"] == pytest.approx(0.75, rel=0.05), gpu
+    assert max(abs(e) for e in jf.row_errors(rows, f)) < 0.02
+
+
+def test_per_sm_ceiling_by_hand() -> None:
+    # One memory-bound op: 1 kernel, 1 ms of memory time at datasheet bandwidth. On an
+    # A100 (108 SMs, 1410 MHz, 2039 GB/s) at 5 bytes per SM-cycle the SMs pull
+    # 108 x 1.41e9 x 5 = 761.4 GB/s = 0.37342 of mem_bw, below eff_mem 0.8: the op takes
+    # 4.3 us + 1 ms / 0.37342. At 32 bytes (the default) they could pull 2.39 of mem_bw:
+    # eff_mem binds (4.3 us + 1 ms / 0.8). With no clock (0) there is no ceiling.
+    from infest.compiler.core.estimate_rule import NUMERIC
+    pieces = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_s": 1e-3,
+              "t_comm_s": 0.0, "t_launch_s": 4e-6, "t_host_s": 0.0, "gemm_rows": 1.0,
+              "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
+              "ring_steps": 0.0}
+    params = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87, "eff_link": 0.8,
+              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, "gemm_tile_m": 64,
+              "gemm_tile_n": 128, "sms": 108, "clock": 1.41e9, "mem_bw": 2.039e12,
+              "sm_bytes_per_cycle": 5.0}
+    share = 108 * 1.41e9 * 5 / 2.039e12
+    assert share == pytest.approx(0.37342, rel=1e-4)
+    norm = Kind.of("norm", False)
+    assert float(op_estimate(pieces, params, norm, NUMERIC)) == pytest.approx(4.3e-6 + 1e-3 / share, rel=1e-12)
+    # attention reads its KV cache under the same ceiling
+    attention = op_estimate(pieces, params, Kind.of("attention", False), NUMERIC)
+    assert float(attention) == pytest.approx(4.3e-6 + 1e-3 / share, rel=1e-12)
+    roomy = {**params, "sm_bytes_per_cycle": 32.0}
+    assert float(op_estimate(pieces, roomy, norm, NUMERIC)) == pytest.approx(4.3e-6 + 1e-3 / 0.8, rel=1e-12)
+    no_clock = {**params, "clock": 0.0}
+    assert float(op_estimate(pieces, no_clock, norm, NUMERIC)) == pytest.approx(4.3e-6 + 1e-3 / 0.8, rel=1e-12)
+    # the symbolic rule (the forms, the workbook) gives the same
+    values = {k: v for k, v in params.items()}
+    op = {k: sympy.Float(v) for k, v in pieces.items()}
+    assert _num(op_estimate(op, PARAMS, norm, SYMBOLIC), **values) == pytest.approx(4.3e-6 + 1e-3 / share, rel=1e-12)
+    assert _num(op_estimate(op, PARAMS, norm, SYMBOLIC), **{**values, "clock": 0}) == pytest.approx(
+        4.3e-6 + 1e-3 / 0.8, rel=1e-12)
 
 
 def test_every_admitted_measurement_is_at_or_above_its_overlap_floor() -> None:
@@ -259,7 +320,8 @@ def test_attention_reads_at_eff_kv_other_ops_at_eff_mem() -> None:
               "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
               "ring_steps": 0.0}
     params = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87, "eff_link": 0.8,
-              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, **H100_TILES}
+              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, **H100_TILES,
+              "clock": 0.0, "mem_bw": 3.35e12, "sm_bytes_per_cycle": 32.0}
     from infest.compiler.core.estimate_rule import NUMERIC
     attention = op_estimate(pieces, params, Kind.of("attention", False), NUMERIC)
     other = op_estimate(pieces, params, Kind.of("norm", False), NUMERIC)

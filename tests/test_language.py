@@ -43,6 +43,15 @@ def test_integer_op_rates_are_ops_per_second() -> None:
     assert parse_value("4.5POPS") == (4_500 * 10**12, FLOPS_RATE)
 
 
+def test_clocks_are_hertz() -> None:
+    """`1980 MHz` (a GPU's boost clock) = 1.98e9 Hz; `--set clock=1.41GHz` reads the same."""
+    from infest.dsl.units import FREQUENCY, parse_value
+    spec = parse("hardware h { a = 1980 MHz; b = 1.41 GHz; c = 0 MHz }")
+    values = {f.name: f.value.value for f in spec.items[0].fields}
+    assert values == {"a": 1_980 * 10**6, "b": 1_410 * 10**6, "c": 0}
+    assert parse_value("1.41GHz") == (1_410 * 10**6, FREQUENCY)
+
+
 def test_linear_costs(tmp_path: Path) -> None:
     r = run(tmp_path, "d = 8\n x = embed(tokens, 100 -> d)\n y = linear(x, d -> 16)", B=4, N=1)
     y = op(r, "y")

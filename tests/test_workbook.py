@@ -108,6 +108,18 @@ def test_engine_profile_workbook_equals_eval(tmp_path: Path, soffice: str) -> No
         assert named_cell(wb, f"in_{name}").value == pytest.approx(want / HUMAN.get(name, 1), rel=1e-12)
 
 
+@pytest.mark.parametrize("edits", [{"sm_bytes_per_cycle": 5, "B": 1}, {"clock": 0, "B": 1},
+                                   {"clock": 1755, "sm_bytes_per_cycle": 6, "B": 4}])
+def test_per_sm_ceiling_workbook_equals_eval(tmp_path: Path, soffice: str, edits: dict) -> None:
+    # The per-SM ceiling as a live formula on an A100 (108 SMs, 1410 MHz): binding at 5
+    # bytes per SM-cycle (0.373 of mem_bw), off when a planner clears the clock, binding
+    # at another clock (typed in MHz) and batch.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="a100_sxm_80gb")
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    expected = analysis.evaluate(_base(edits))
+    _assert_outputs(wb, expected)
+
+
 def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
     """Every memory and step key equals eval's; no error cell anywhere."""
     assert _no_error_cells(wb) == []
@@ -122,7 +134,7 @@ HUMAN = {"mem_bw": 1e12, "link_bw": 1e12, "net_bw": 1e12, "host_bw": 1e12,
          "mem_capacity": 1e9, "host_capacity": 1e9, "launch_overhead": 1e-6,
          "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12,
          "kernel_latency": 1e-6, "step_overhead": 1e-6, "request_overhead": 1e-6,
-         "coll_step_latency": 1e-6}
+         "coll_step_latency": 1e-6, "clock": 1e6}
 
 
 def _base(edits: dict) -> dict:

@@ -6,7 +6,8 @@ Each parameter p of a row on GPU g under engine e of family f is
 
 where `shared` holds the physics every row shares and the offsets hold what a GPU
 (eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_flops,
-eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead) adds.
+eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead; the
+per-SM ceiling sm_bytes_per_cycle where its rows can tell it from eff_mem, `_used`) adds.
 An engine profile that is a build or an era of another (its "family": vllm-rocm of vllm,
 sglang-0.4 of sglang) adds its own offset to its family's (engine_p[f], the same table;
 none when e is its own family), so a build measured on one GPU only is predicted
@@ -53,18 +54,28 @@ if TYPE_CHECKING:
 # milliseconds" per step and 10 ms per request, with a wide sd (a factor e^2 ~ 7.4).
 PRIOR = {"eff_mem": (0.8, 0.5), "eff_flops": (0.7, 0.5), "eff_attn": (0.48, 0.5),
          "eff_kv": (0.87, 0.5), "eff_link": (0.8, 0.5), "kernel_latency": (4.3e-6, 1.0),
-         "step_overhead": (1e-4, 2.0), "request_overhead": (1e-2, 2.0)}
+         "step_overhead": (1e-4, 2.0), "request_overhead": (1e-2, 2.0),
+         "sm_bytes_per_cycle": (32.0, 2.0)}
 BOUNDS = {"eff_mem": (0.05, 1.0), "eff_flops": (0.05, 1.0), "eff_attn": (0.05, 1.0),
           "eff_kv": (0.05, 1.0), "eff_link": (0.05, 1.0), "kernel_latency": (1e-8, 1e-3),
-          "step_overhead": (1e-7, 1.0), "request_overhead": (1e-7, 10.0)}
+          "step_overhead": (1e-7, 1.0), "request_overhead": (1e-7, 10.0),
+          "sm_bytes_per_cycle": (0.5, 1e3)}
 SHARES = tuple(k for k in PRIOR if k in RATIOS)     # capped at 1
 PER_GPU = ("eff_mem", "eff_flops")
 PER_ENGINE = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "kernel_latency", "step_overhead",
-              "request_overhead")
+              "request_overhead", "sm_bytes_per_cycle")
 # Parameters no two engines share: their shared value stays at the prior's centre (not
 # fitted) and each engine's offset carries all of its value, so one engine's per-request
 # costs (SGLang's ~0.3 s TTFT on DeepSeek) never move another's.
-ENGINE_ONLY = ("request_overhead",)
+ENGINE_ONLY = ("request_overhead", "sm_bytes_per_cycle")
+# Parameters whose default sits on a Min's flat side (compiler/core/estimate_rule.py
+# sm_share) and the ln below its binding edge an engine's offset starts at (_binding).
+CEILINGS = ("sm_bytes_per_cycle",)
+# A fit from the defaults starts an engine's ceiling this far (ln) below its binding
+# edge, so it binds on each of the engine's GPUs where it could (llama.cpp: ends at 6.8
+# bytes per SM-cycle from 0.5, 1, 1.5 or 2 below, costs within 0.02). Held-out refits
+# start from the full fit.
+CEILING_START = 1.0
 # How far a GPU's or an engine's value may stray from the shared one (sd of ln): a GPU's
 # kernels reach their datasheet within ~30%, an engine's weight reads and GEMMs too (0.3:
 # DeepGEMM, cuBLAS, hipBLASLt, llama.cpp's quantized GEMMs); its attention kernels,
@@ -73,8 +84,13 @@ ENGINE_ONLY = ("request_overhead",)
 # against FlashAttention-class kernels); its fixed costs are its own (a step costs tens
 # of us to milliseconds by engine), sd 2.
 GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
+# The least spread of SM cycles per HBM byte across an engine's GPUs that lets its rows
+# fit a per-SM ceiling: what two GPUs' eff_mem offsets span at one sd each, e^(2 x 0.3)
+# = 1.82 (the A100 to the RTX 4090: 4.3x; the H100 SXM to the H200: 1.43x).
+CEILING_SPAN = math.exp(2 * GPU_SD["eff_mem"])
 ENGINE_SD = {"eff_mem": 0.3, "eff_flops": 0.3, "eff_attn": 0.5, "eff_kv": 0.5,
-             "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0}
+             "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0,
+             "sm_bytes_per_cycle": 2.0}
 # The spread of a measurement's ln(time) about the model (sd): public figures converted to
 # step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
 # residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.
@@ -126,11 +142,19 @@ def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], 
 
 def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
     """request_overhead only moves TTFT rows: no offset for an engine (or a family)
-    without one."""
+    without one. The per-SM ceiling is told apart from eff_mem only by one engine's rows
+    on GPUs whose SM cycles per HBM byte (sms x clock / mem_bw) differ by more than
+    CEILING_SPAN: otherwise the GPUs' own eff_mem offsets explain the same rows, and the
+    ceiling would be a second eff_mem free of eff_mem's prior. No offset then."""
     from infest.compiler.analyses.calibrate import quantity
-    return name != "request_overhead" or any(
-        engine in engine_groups(engine_of(p)) and quantity(p.row) == "ttft_s"
-        for p in rows)
+    own = [p for p in rows if engine in engine_groups(engine_of(p))]
+    if name == "request_overhead":
+        return any(quantity(p.row) == "ttft_s" for p in own)
+    if name in CEILINGS:      # an engine's own rows (a family's span other builds' kernels)
+        ratios = [p.inputs["sms"] * p.inputs["clock"] / p.inputs["mem_bw"] for p in own
+                  if p.inputs["clock"] > 0 and engine_of(p) == engine]
+        return bool(ratios) and max(ratios) > CEILING_SPAN * min(ratios)
+    return True
 
 
 def engine_of(p: "Prepared") -> str:
@@ -198,9 +222,11 @@ def _residual_matrix(coords, rows: list["Prepared"]) -> Callable[[np.ndarray], n
     return matrix
 
 
-def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
-    """The regularised least-squares fit over these rows (module docstring); the Jacobian
-    by forward differences, every coordinate's step evaluated in one vectorised pass."""
+def fit_all(rows: list["Prepared"], start: Fit | None = None,
+            below: float = CEILING_START) -> Fit:
+    """The regularised least-squares fit over these rows (module docstring) from `start`
+    (else the defaults, an engine's ceiling `below` its binding edge); the Jacobian by
+    forward differences, every coordinate's step evaluated in one vectorised pass."""
     from scipy.optimize import least_squares
     coords, _, _ = _layout(rows)
     matrix = _residual_matrix(coords, rows)
@@ -209,7 +235,7 @@ def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
     def jacobian(x: np.ndarray) -> np.ndarray:
         r = matrix(np.vstack([x, x + STEP * np.eye(n)]))
         return ((r[1:] - r[0]) / STEP).T
-    x0 = np.array([_start(start, c) for c in coords])
+    x0 = np.array([_start(start, c, rows, below) for c in coords])
     lo = np.array([math.log(BOUNDS[k][0]) if kind == "shared" else -np.inf for k, _, kind in coords])
     hi = np.array([math.log(BOUNDS[k][1]) if kind == "shared" else np.inf for k, _, kind in coords])
     result = least_squares(lambda x: matrix(x[None])[0], np.clip(x0, lo + 1e-9, hi - 1e-9),
@@ -220,12 +246,26 @@ def fit_all(rows: list["Prepared"], start: Fit | None = None) -> Fit:
     return out
 
 
-def _start(start: Fit | None, coord) -> float:
+def _start(start: Fit | None, coord, rows: list["Prepared"], below: float) -> float:
     k, group, kind = coord
     if kind == "shared":
         return math.log(start.shared[k] if start else PRIOR[k][0])
+    if start is None and k in CEILINGS:
+        return _binding(rows, group, below)
     table = (start.gpu if kind == "gpu" else start.engine) if start else {}
     return table.get(group, {}).get(k, 0.0)
+
+
+def _binding(rows: list["Prepared"], engine: str, below: float) -> float:
+    """Where an engine's per-SM ceiling starts: `below` (ln) under its binding edge on the
+    GPU (with a clock) of its rows where it binds first. At the default it binds nowhere,
+    so the fit could not feel it (a Min's flat side); started binding, rows that want it
+    pull it lower and the prior returns it to the default where none does."""
+    centre = PRIOR["sm_bytes_per_cycle"][0]
+    logs = [math.log(PRIOR["eff_mem"][0] * p.inputs["mem_bw"]
+                     / (p.inputs["sms"] * p.inputs["clock"] * centre))
+            for p in rows if engine in engine_groups(engine_of(p)) and p.inputs["clock"] > 0]
+    return min(0.0, max(logs, default=0.0) - below)
 
 
 def violations(f: Fit, pairs: set[tuple[str, str]]) -> list[str]:

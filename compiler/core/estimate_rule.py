@@ -9,13 +9,16 @@ the cached evaluation path (serve, plan) reads it without the symbolic stages.
 An op instance's estimate is the larger of its bound `time_s` and
 
     launches x kernel_latency
-      + max(t_compute_s x scale / eff, t_memory_s / eff_m)
+      + max(t_compute_s x scale / eff, t_memory_s / min(eff_m, sm_share))
       + comm_latency_s + ring_steps x coll_step_latency + (t_comm_s - comm_latency_s) / eff_link
       + t_host_s / eff_link
 
 where eff is eff_attn for attention kernels and eff_flops otherwise, eff_m is eff_kv
 for attention kernels (their bytes are the KV cache they read) and eff_mem otherwise,
-launches are the
+sm_share is the share of mem_bw the GPU's SMs can pull at the engine's bytes per SM per
+clock cycle, sms x clock x sm_bytes_per_cycle / mem_bw (1 where clock is 0, not given:
+no such ceiling; a kernel that issues its loads slowly, e.g. llama.cpp's f16 mat-vec,
+streams at so many bytes per SM-cycle whatever the HBM behind it), launches are the
 op's kernels (0 for a collective: its latency is its launch), and for a GEMM (linear,
 router) scale = `gemm_scale` (1 for other kinds): the GEMM's time on whole tiles in whole
 waves over its ideal. Its M = gemm_rows rows and N = gemm_cols columns pad up to whole
@@ -45,10 +48,12 @@ PART_KEYS = ("gemm_rows", "gemm_cols", "gemm_groups", "gemm_load", "comm_latency
 MIN_ROWS = 1e-9   # the least M a tile's padding divides by (an empty part: 0 FLOPs anyway)
 # Everything one op's estimate reads from the forms, and the parameters it reads.
 ESTIMATE_OP_KEYS = ("time_s", "kernels") + TERM_KEYS + PART_KEYS
-# The hardware's own fields the rule reads (a GPU's SMs run a GEMM's tiles in waves).
-HARDWARE_PARAMS = ("sms",)
+# The hardware's own fields the rule reads (a GPU's SMs run a GEMM's tiles in waves; SMs,
+# clock and HBM bandwidth give the per-SM ceiling of memory-bound kernels).
+HARDWARE_PARAMS = ("sms", "clock", "mem_bw")
 ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
-                   "coll_step_latency", "gemm_tile_m", "gemm_tile_n") + HARDWARE_PARAMS
+                   "coll_step_latency", "gemm_tile_m", "gemm_tile_n",
+                   "sm_bytes_per_cycle") + HARDWARE_PARAMS
 # Every runner lists these as inputs, whether or not its forms use them (a model without
 # collectives has no ring step and no overlap of them): the estimate's parameters, the
 # per-step overhead, the collectives' overlap (step_estimate), TTFT's per-request
@@ -79,12 +84,14 @@ class Kind:
 
 @dataclass(frozen=True)
 class Math:
-    """The functions the rule needs: sympy's Max, ceiling, floor and Min, or numpy's."""
+    """The functions the rule needs: sympy's Max, ceiling, floor and Min, or numpy's, and
+    `is_zero` (1 where a value is 0, else 0: sympy's Piecewise, numpy's comparison)."""
 
     maximum: Callable[[Any, Any], Any]
     ceil: Callable[[Any], Any]
     floor: Callable[[Any], Any]
     minimum: Callable[[Any, Any], Any]
+    is_zero: Callable[[Any], Any]
 
 
 def step_estimate(total: Any, comm: Any, overlap: Any, f: Math) -> Any:
@@ -110,11 +117,19 @@ def gemm_scale(v: Mapping[str, Any], p: Mapping[str, Any], f: Math) -> Any:
     return tm * tn * f.ceil(tiles / sms) * sms / (busy * split) * v["gemm_load"]
 
 
+def sm_share(p: Mapping[str, Any], f: Math) -> Any:
+    """The share of mem_bw the GPU's SMs stream at sm_bytes_per_cycle each: sms x clock x
+    bytes per cycle / mem_bw, at most 1; 1 where clock is 0 (not given: no such ceiling)."""
+    ceiling = p["sms"] * p["clock"] * p["sm_bytes_per_cycle"] / p["mem_bw"]
+    return f.minimum(1, ceiling + f.is_zero(p["clock"]))
+
+
 def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math) -> Any:
     """One instance's estimate (module docstring) from its pieces `v` (ESTIMATE_OP_KEYS)
     and parameters `p` (ESTIMATE_PARAMS)."""
     eff = kind.attention * p["eff_attn"] + (1 - kind.attention) * p["eff_flops"]
-    eff_m = kind.attention * p["eff_kv"] + (1 - kind.attention) * p["eff_mem"]
+    eff_m = f.minimum(kind.attention * p["eff_kv"] + (1 - kind.attention) * p["eff_mem"],
+                      sm_share(p, f))
     scale = kind.gemm * gemm_scale(v, p, f) + (1 - kind.gemm)
     work = f.maximum(v["t_compute_s"] * scale / eff, v["t_memory_s"] / eff_m)
     latency = v["comm_latency_s"]
@@ -125,7 +140,7 @@ def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math)
 
 def _numeric() -> Math:
     import numpy as np     # numpy only where the numbers are evaluated
-    return Math(np.maximum, np.ceil, np.floor, np.minimum)
+    return Math(np.maximum, np.ceil, np.floor, np.minimum, lambda x: np.equal(x, 0) * 1.0)
 
 
 NUMERIC = _numeric()       # the rule over numpy arrays (calibration, continuous batching)

@@ -41,11 +41,11 @@ BUILTIN_DOC = {
 @lru_cache(maxsize=None)
 def sym(name: str) -> sympy.Symbol:
     """The Symbol for `name` (B, N, T are positive integers; compute peaks flops_* are
-    nonnegative, 0 where the GPU has no such math, so the forms can test them; the rest
-    positive)."""
+    nonnegative, 0 where the GPU has no such math, and so is the clock, 0 where not
+    given, so the forms can test them; the rest positive)."""
     if name in BUILTINS or name in PARALLEL:
         return sympy.Symbol(name, positive=True, integer=True)
-    if name.startswith("flops_"):
+    if name.startswith("flops_") or name == "clock":
         return sympy.Symbol(name, nonnegative=True)
     return sympy.Symbol(name, positive=True)
 

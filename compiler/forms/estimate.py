@@ -48,8 +48,13 @@ def _max(*args: object) -> sympy.Expr:
     return Max(*(sympy.Rational(str(a)) if isinstance(a, float) else a for a in args))
 
 
+def _is_zero(x: sympy.Expr) -> sympy.Expr:
+    """1 where x is 0, else 0 (the workbook's IF(x=0,1,0))."""
+    return sympy.Piecewise((1, sympy.Eq(x, 0)), (0, True))
+
+
 SYMBOLIC = Math(_max, lambda x: sympy.ceiling(x, evaluate=False),
-                lambda x: sympy.floor(x, evaluate=False), Min)
+                lambda x: sympy.floor(x, evaluate=False), Min, _is_zero)
 
 
 def ring_steps(kind: str, gpus: sympy.Expr) -> sympy.Expr:

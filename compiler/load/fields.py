@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
+from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, FREQUENCY, TIME
 
 # The base unit each dimension is stored in (what --json and the workbook's base column say).
-BASE_UNITS = {BYTES: "bytes", BANDWIDTH: "bytes/s", TIME: "s", FLOPS_RATE: "FLOP/s", COUNT: ""}
+BASE_UNITS = {BYTES: "bytes", BANDWIDTH: "bytes/s", TIME: "s", FLOPS_RATE: "FLOP/s",
+              FREQUENCY: "Hz", COUNT: ""}
 ROLES = ("memory", "compute", "launch", "link", "network", "host", "measured", "efficiency",
          "estimate", "offload", "descriptive")
 
@@ -87,6 +88,10 @@ FIELD_TABLE = (
           "runs a GEMM's tiles in waves of them", Fraction(1), "not given: 1, every GEMM tile "
           "its own wave (no wave quantization), said in the estimate's line; every shipped "
           "GPU gives its own"),
+    Field("clock", FREQUENCY, "launch", "SM boost clock: sms x clock x sm_bytes_per_cycle "
+          "caps what an engine's memory-bound kernels stream (estimate)", Fraction(0),
+          "not given: 0, no per-SM ceiling on memory-bound kernels, said in the estimate's "
+          "line; every shipped GPU gives its own or says why 0", zero=True),
     Field("launch_overhead", TIME, "launch", "smallest time any kernel takes", zero=True),
     Field("link_bw", BANDWIDTH, "link", "GPU-to-GPU link inside a node, one GPU, one direction"),
     Field("link_latency", TIME, "link", "time per collective call inside a node", zero=True),
@@ -143,6 +148,13 @@ FIELD_TABLE = (
           "GEMM tile columns: N columns pad up to whole tiles; tiles run in waves of the "
           "GPU's sms", Fraction(128), "CUTLASS's Hopper (SM90) GEMM examples and unit tests: "
           "TileShape Shape<_128,_128,_64>, 128 columns per tile", catalogue=False),
+    Field("sm_bytes_per_cycle", COUNT, "estimate",
+          "bytes an engine's memory-bound kernels move per SM per clock cycle at most: "
+          "with sms and clock a ceiling beside eff_mem x mem_bw", Fraction(32),
+          "below the L2's 5,120 bytes per clock over 108 SMs (47 per SM, A100 whitepaper): "
+          "at 32 it binds on no shipped GPU at the default efficiencies; llama.cpp's f16 "
+          "mat-vec decode reaches ~5.5 by hand, 6.8 fitted beside its kernel latency "
+          "(specs/engines/llamacpp.json)", catalogue=False),
     Field("moe_skew", COUNT, "estimate",
           "routing skew: scales the busiest expert-parallel rank's excess load over the "
           "mean (1: uniform routing; 0: perfectly balanced)", Fraction(1),

@@ -10,7 +10,7 @@ from infest.compiler.load.fields import (AT_LEAST, ESTIMATE_DEFAULTS, FIELD_TABL
                                          HARDWARE_FIELDS, MAY_BE_ZERO, MEASURED, REQUIRED,
                                          SHARES)
 from infest.dsl.errors import Collector, Span, SpecError, did_you_mean, fail
-from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, TIME
+from infest.dsl.units import BANDWIDTH, BYTES, COUNT, FLOPS_RATE, FREQUENCY, TIME
 
 # The fields, their units, defaults and rules live in one table (compiler/load/fields.py);
 # the names below are re-exported for the modules that check values against it.
@@ -19,7 +19,8 @@ _COUNT_PREFIX_HINT = ("a bare k or M is a count (1024, 1024^2); "
                       "with a unit, K/M/G are decimal (80 MB = 80e6) and Ki/Mi/Gi binary (80 MiB)")
 if TYPE_CHECKING:  # the evaluator reads the field rules without the language's AST
     from infest.dsl import ast
-_EXAMPLE = {BYTES: "80 GiB", BANDWIDTH: "3.35 TB/s", TIME: "4 us", FLOPS_RATE: "989 TFLOP/s"}
+_EXAMPLE = {BYTES: "80 GiB", BANDWIDTH: "3.35 TB/s", TIME: "4 us", FLOPS_RATE: "989 TFLOP/s",
+            FREQUENCY: "1980 MHz"}
 
 
 @dataclass(frozen=True)

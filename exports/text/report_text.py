@@ -103,7 +103,19 @@ def _efficiencies(inputs: dict) -> str:
              f"{inputs['sms']:g} SMs" if {"gemm_tile_m", "gemm_tile_n", "sms"} <= set(inputs) else "")
     hidden = (f"; comm_overlap {inputs['comm_overlap']:g} of the collectives hidden"
               if inputs.get("comm_overlap") else "")
-    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed) + tiles + hidden
+    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed) + tiles + _ceiling(inputs) + hidden
+
+
+def _ceiling(inputs: dict) -> str:
+    """`; per-SM ceiling 5 B/cycle at 1410 MHz: 0.373 of mem_bw` (what memory-bound kernels
+    stream at most), `: not binding`, or that there is no such ceiling (no clock)."""
+    if not {"sms", "clock", "mem_bw", "sm_bytes_per_cycle"} <= set(inputs):
+        return ""
+    if not inputs["clock"]:
+        return "; no per-SM ceiling (clock 0: none given)"
+    share = inputs["sms"] * inputs["clock"] * inputs["sm_bytes_per_cycle"] / inputs["mem_bw"]
+    head = f"; per-SM ceiling {inputs['sm_bytes_per_cycle']:g} B/cycle at {inputs['clock'] / 1e6:g} MHz"
+    return head + (f": {share:.3g} of mem_bw" if share < 1 else ": not binding")
 
 
 def _per_gpu_rows(result: dict) -> list[list[str]]:

@@ -38,7 +38,8 @@ NOTE_CHARS = 2000  # notes longer than this are cut: they are for reading, not c
 
 # The unit an input is typed in: base dimension -> (base units per human unit, unit).
 HUMAN = {"bytes": (Fraction(10**9), "GB"), "bytes/s": (Fraction(10**12), "TB/s"),
-         "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us")}
+         "FLOP/s": (Fraction(10**12), "TFLOP/s"), "s": (Fraction(1, 10**6), "us"),
+         "Hz": (Fraction(10**6), "MHz")}
 _CELL_LIKE = re.compile(r"^([A-Za-z]{1,3}[0-9]+|[RrCc]|[Rr][0-9]*[Cc][0-9]*)$")
 
 

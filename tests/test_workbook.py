@@ -303,7 +303,11 @@ def test_inputs_are_validated_whole_positive_or_zero_ok(tmp_path: Path) -> None:
     assert rule_of["mem_bw"] == ("decimal", "greaterThan", "0")
     assert rule_of["kv_bytes_per_elem"] == ("decimal", "greaterThan", "0")
     assert rule_of["launch_overhead"] == ("decimal", "greaterThanOrEqual", "0")
-    assert len(rule_of) == ws.max_row - 1  # every input row has a rule
+    # every input row has a rule; the two derived rows below them (eff_mem and eff_kv
+    # under the per-SM ceiling, formulas) have none
+    derived = [r for r in range(2, ws.max_row + 1) if ws.cell(r, 7).value == "derived"]
+    assert [ws.cell(r, 6).value for r in derived] == ["eff_mem_sm", "eff_kv_sm"]
+    assert len(rule_of) == ws.max_row - 1 - len(derived)
 
 
 def test_summary_formulas_name_their_parts_and_stay_short(tmp_path: Path) -> None:

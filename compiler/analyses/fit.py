@@ -258,13 +258,13 @@ def _start(start: Fit | None, coord, rows: list["Prepared"], below: float) -> fl
 
 def _binding(rows: list["Prepared"], engine: str, below: float) -> float:
     """Where an engine's per-SM ceiling starts: `below` (ln) under its binding edge on the
-    GPU (with a clock) of its rows where it binds first. At the default it binds nowhere,
+    GPU (with a clock) of its own rows where it binds first (`_used`). At the default it binds nowhere,
     so the fit could not feel it (a Min's flat side); started binding, rows that want it
     pull it lower and the prior returns it to the default where none does."""
     centre = PRIOR["sm_bytes_per_cycle"][0]
     logs = [math.log(PRIOR["eff_mem"][0] * p.inputs["mem_bw"]
                      / (p.inputs["sms"] * p.inputs["clock"] * centre))
-            for p in rows if engine in engine_groups(engine_of(p)) and p.inputs["clock"] > 0]
+            for p in rows if engine_of(p) == engine and p.inputs["clock"] > 0]
     return min(0.0, max(logs, default=0.0) - below)
 
 

@@ -46,6 +46,8 @@ from infest.compiler.core.terms import TERM_KEYS
 PART_KEYS = ("gemm_rows", "gemm_cols", "gemm_groups", "gemm_load", "comm_latency_s",
              "ring_steps")
 MIN_ROWS = 1e-9   # the least M a tile's padding divides by (an empty part: 0 FLOPs anyway)
+# Parameter keys carrying eff_mem and eff_kv already under the per-SM ceiling (op_estimate).
+CAPPED = ("eff_mem_sm", "eff_kv_sm")
 # Everything one op's estimate reads from the forms, and the parameters it reads.
 ESTIMATE_OP_KEYS = ("time_s", "kernels") + TERM_KEYS + PART_KEYS
 # The hardware's own fields the rule reads (a GPU's SMs run a GEMM's tiles in waves; SMs,
@@ -124,12 +126,19 @@ def sm_share(p: Mapping[str, Any], f: Math) -> Any:
     return f.minimum(1, ceiling + f.is_zero(p["clock"]))
 
 
+def memory_shares(p: Mapping[str, Any], f: Math) -> tuple[Any, Any]:
+    """eff_mem and eff_kv under the per-SM ceiling: min(each, sm_share)."""
+    share = sm_share(p, f)
+    return f.minimum(p["eff_mem"], share), f.minimum(p["eff_kv"], share)
+
+
 def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math) -> Any:
     """One instance's estimate (module docstring) from its pieces `v` (ESTIMATE_OP_KEYS)
-    and parameters `p` (ESTIMATE_PARAMS)."""
+    and parameters `p` (ESTIMATE_PARAMS; or with CAPPED, eff_mem and eff_kv already under
+    the per-SM ceiling: the workbook's two cells, which every op reads)."""
     eff = kind.attention * p["eff_attn"] + (1 - kind.attention) * p["eff_flops"]
-    eff_m = f.minimum(kind.attention * p["eff_kv"] + (1 - kind.attention) * p["eff_mem"],
-                      sm_share(p, f))
+    mem, kv = (p[CAPPED[0]], p[CAPPED[1]]) if CAPPED[0] in p else memory_shares(p, f)
+    eff_m = kind.attention * kv + (1 - kind.attention) * mem    # attention is 0 or 1
     scale = kind.gemm * gemm_scale(v, p, f) + (1 - kind.gemm)
     work = f.maximum(v["t_compute_s"] * scale / eff, v["t_memory_s"] / eff_m)
     latency = v["comm_latency_s"]

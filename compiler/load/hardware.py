@@ -105,6 +105,11 @@ def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
         if name not in written:
             errors.add(fail(hw.name_span, f"hardware '{hw.name}' lacks the field '{name}'",
                             f"add e.g. `{name} = {_EXAMPLE[FIELD_DIMENSIONS[name]]}`"))
+    if fields.get("clock") and "sms" not in written:
+        # sms' default (1) would put the whole GPU's loads through one SM
+        errors.add(fail(fields["clock"].span, "'clock' needs 'sms': the per-SM ceiling is "
+                        "sms x clock x sm_bytes_per_cycle",
+                        "add e.g. `sms = 132`, or leave the clock out"))
     errors.raise_if_any()
     return CompiledHardware(hw.name, hw.title, file, fields, hw.name_span)
 

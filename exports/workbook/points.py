@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import sympy
 from openpyxl.utils import column_index_from_string, get_column_letter
 
-from infest.compiler.core.estimate_rule import PART_KEYS, Kind, op_estimate
+from infest.compiler.core.estimate_rule import CAPPED, PART_KEYS, Kind, memory_shares, op_estimate
 from infest.compiler.core.functions import Max
 from infest.compiler.core.symbols import sym
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS
@@ -72,6 +72,18 @@ class Table:
         return f"'{self.sheet}'!${self.totals[key]}${row}"
 
 
+# eff_mem and eff_kv under the per-SM ceiling: two cells on the Inputs sheet (named as
+# the CAPPED keys) that every op's estimate reads; written into each, the ceiling took a
+# GEMM's estimate past READABLE_CHARS.
+CAPPED_CELLS = {key: sympy.Symbol(key) for key in CAPPED}
+
+
+def capped_texts(names: Mapping[sympy.Symbol, str]) -> dict[str, str]:
+    """Each CAPPED cell's formula (compiler/core/estimate_rule.py memory_shares)."""
+    return {key: excel_formula(form, names)
+            for key, form in zip(CAPPED, memory_shares(PARAMS, SYMBOLIC))}
+
+
 @dataclass(frozen=True)
 class OpKind:
     """What an op's estimate needs beyond its cells: its forms (a piece constant there is
@@ -92,7 +104,7 @@ def estimate_text(cells: Mapping[str, str], op: OpKind, names: Mapping[sympy.Sym
     stand = {k: sympy.Symbol(f"cell_{k}") for k in ESTIMATE_CELLS}
     v = {k: op.forms[k] if op.forms[k].is_number else stand[k] for k in ESTIMATE_CELLS}
     v["time_s"] = Max(*(v[k] for k in TERM_KEYS))
-    expr = op_estimate(v, PARAMS, op.kind, SYMBOLIC)
+    expr = op_estimate(v, {**PARAMS, **CAPPED_CELLS}, op.kind, SYMBOLIC)
     return excel_formula(expr, {**names, **{stand[k]: cells[k] for k in ESTIMATE_CELLS}})
 
 

@@ -32,7 +32,8 @@ from infest.compiler.core.symbols import BUILTIN_DOC, PARALLEL_DOC, PARAM_DOC, s
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, HUMAN, INPUT_FILL, INPUT_FONT,
                                           KEY_FONT, UNFIT_FILL, UNFIT_FONT,
                                           Builder, set_formula, unit_of)
-from infest.exports.workbook.points import OpKind, estimate_text, step_estimate_text
+from infest.exports.workbook.points import (CAPPED_CELLS, OpKind, capped_texts, estimate_text,
+                                            step_estimate_text)
 from infest.exports.workbook.xlsx_names import Namer
 from infest.exports.workbook.xlsx_hardware import Picker, hardware_sheet, own_name
 from infest.compiler.core.estimate_rule import PART_KEYS
@@ -189,6 +190,7 @@ def _inputs_sheet(b: Builder, picker: Picker) -> None:
     items = _input_rows(b, picker)
     for row, item in enumerate(items, start=3):
         _input_row(b, ws, row, item, picker)
+    _capped_rows(b, ws, 3 + len(items))
     checks = rules_by_cell(b.analysis.forms.model.constraints, _plain_names(items))
     for row, item in enumerate(items, start=3):
         kind, extra = _validation_kind(b, item), checks.get(f"in_{item[0]}")
@@ -199,6 +201,25 @@ def _inputs_sheet(b: Builder, picker: Picker) -> None:
             rules[kind].add(f"B{row}")
     _style_header(ws, widths=[54, 14, 12, 16, 10, 18, 10, 40], right=(2, 4))
     _key_column(ws, 6)
+
+
+# Below the inputs, derived from them: eff_mem and eff_kv under the per-SM ceiling, the
+# cells every op's estimate reads (compiler/core/estimate_rule.py memory_shares).
+CAPPED_DOCS = {"eff_mem_sm": "derived: eff_mem under the per-SM ceiling, min(eff_mem, sms x "
+                             "clock x sm_bytes_per_cycle / mem_bw); eff_mem with clock 0",
+               "eff_kv_sm": "derived: eff_kv under the per-SM ceiling, likewise"}
+
+
+def _capped_rows(b: Builder, ws, first: int) -> None:
+    """The CAPPED cells, one row each from `first`, named as their keys."""
+    for row, (key, text) in enumerate(capped_texts(b.names).items(), start=first):
+        ws.cell(row, 1, CAPPED_DOCS[key])
+        cell = ws.cell(row, 2, "=" + text)
+        cell.font, cell.number_format = DERIVED_FONT, "0.000"
+        ws.cell(row, 6, key)
+        ws.cell(row, 7, "derived")
+        b.define(key, "Inputs", f"B{row}")
+        b.names[CAPPED_CELLS[key]] = key
 
 
 def _plain_names(items: list[tuple]) -> dict[sympy.Symbol, str]:

@@ -45,6 +45,14 @@ def _num(expr: sympy.Expr, **values: float) -> float:
 
 
 H100_TILES = dict(gemm_tile_m=64, gemm_tile_n=128, sms=132)   # H100 SXM: 132 SMs
+# One op: 1 kernel, 1 ms of memory time at datasheet bandwidth, 10 us of math, no
+# collective; and the estimate's default efficiencies and fixed costs.
+ONE_MEMORY_OP = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_s": 1e-3,
+                 "t_comm_s": 0.0, "t_launch_s": 4e-6, "t_host_s": 0.0, "gemm_rows": 1.0,
+                 "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
+                 "ring_steps": 0.0}
+DEFAULT_EFFS = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87,
+                "eff_link": 0.8, "kernel_latency": 4.3e-6, "coll_step_latency": 0.0}
 
 
 def _scale(m: float, n: float, groups: float = 1) -> float:
@@ -255,14 +263,9 @@ def test_per_sm_ceiling_by_hand() -> None:
     # 4.3 us + 1 ms / 0.37342. At 32 bytes (the default) they could pull 2.39 of mem_bw:
     # eff_mem binds (4.3 us + 1 ms / 0.8). With no clock (0) there is no ceiling.
     from infest.compiler.core.estimate_rule import NUMERIC
-    pieces = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_s": 1e-3,
-              "t_comm_s": 0.0, "t_launch_s": 4e-6, "t_host_s": 0.0, "gemm_rows": 1.0,
-              "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
-              "ring_steps": 0.0}
-    params = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87, "eff_link": 0.8,
-              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, "gemm_tile_m": 64,
-              "gemm_tile_n": 128, "sms": 108, "clock": 1.41e9, "mem_bw": 2.039e12,
-              "sm_bytes_per_cycle": 5.0}
+    pieces = ONE_MEMORY_OP
+    params = {**DEFAULT_EFFS, "gemm_tile_m": 64, "gemm_tile_n": 128, "sms": 108,
+              "clock": 1.41e9, "mem_bw": 2.039e12, "sm_bytes_per_cycle": 5.0}
     share = 108 * 1.41e9 * 5 / 2.039e12
     assert share == pytest.approx(0.37342, rel=1e-4)
     norm = Kind.of("norm", False)
@@ -315,13 +318,9 @@ def test_attention_reads_at_eff_kv_other_ops_at_eff_mem() -> None:
     # One op: 1 kernel, 1 ms of memory time, 10 us of math, no collective. Attention: 4.3 us
     # + max(10 us / eff_attn 0.48, 1 ms / eff_kv 0.87) = 4.3 us + 1149.425 us; any other
     # kind: 4.3 us + max(10 us / 0.7, 1 ms / eff_mem 0.8) = 4.3 us + 1250 us.
-    pieces = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_s": 1e-3,
-              "t_comm_s": 0.0, "t_launch_s": 4e-6, "t_host_s": 0.0, "gemm_rows": 1.0,
-              "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
-              "ring_steps": 0.0}
-    params = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87, "eff_link": 0.8,
-              "kernel_latency": 4.3e-6, "coll_step_latency": 0.0, **H100_TILES,
-              "clock": 0.0, "mem_bw": 3.35e12, "sm_bytes_per_cycle": 32.0}
+    pieces = ONE_MEMORY_OP
+    params = {**DEFAULT_EFFS, **H100_TILES, "clock": 0.0, "mem_bw": 3.35e12,
+              "sm_bytes_per_cycle": 32.0}
     from infest.compiler.core.estimate_rule import NUMERIC
     attention = op_estimate(pieces, params, Kind.of("attention", False), NUMERIC)
     other = op_estimate(pieces, params, Kind.of("norm", False), NUMERIC)

@@ -268,21 +268,21 @@ def test_per_sm_ceiling_by_hand() -> None:
               "clock": 1.41e9, "mem_bw": 2.039e12, "sm_bytes_per_cycle": 5.0}
     share = 108 * 1.41e9 * 5 / 2.039e12
     assert share == pytest.approx(0.37342, rel=1e-4)
+    capped, free = 4.3e-6 + 1e-3 / share, 4.3e-6 + 1e-3 / 0.8
     norm = Kind.of("norm", False)
-    assert float(op_estimate(pieces, params, norm, NUMERIC)) == pytest.approx(4.3e-6 + 1e-3 / share, rel=1e-12)
+
+    def numeric(p: dict, kind: Kind = norm) -> float:
+        return float(op_estimate(pieces, p, kind, NUMERIC))
+    assert numeric(params) == pytest.approx(capped, rel=1e-12)
     # attention reads its KV cache under the same ceiling
-    attention = op_estimate(pieces, params, Kind.of("attention", False), NUMERIC)
-    assert float(attention) == pytest.approx(4.3e-6 + 1e-3 / share, rel=1e-12)
-    roomy = {**params, "sm_bytes_per_cycle": 32.0}
-    assert float(op_estimate(pieces, roomy, norm, NUMERIC)) == pytest.approx(4.3e-6 + 1e-3 / 0.8, rel=1e-12)
-    no_clock = {**params, "clock": 0.0}
-    assert float(op_estimate(pieces, no_clock, norm, NUMERIC)) == pytest.approx(4.3e-6 + 1e-3 / 0.8, rel=1e-12)
+    assert numeric(params, Kind.of("attention", False)) == pytest.approx(capped, rel=1e-12)
+    assert numeric({**params, "sm_bytes_per_cycle": 32.0}) == pytest.approx(free, rel=1e-12)
+    assert numeric({**params, "clock": 0.0}) == pytest.approx(free, rel=1e-12)
     # the symbolic rule (the forms, the workbook) gives the same
-    values = {k: v for k, v in params.items()}
     op = {k: sympy.Float(v) for k, v in pieces.items()}
-    assert _num(op_estimate(op, PARAMS, norm, SYMBOLIC), **values) == pytest.approx(4.3e-6 + 1e-3 / share, rel=1e-12)
-    assert _num(op_estimate(op, PARAMS, norm, SYMBOLIC), **{**values, "clock": 0}) == pytest.approx(
-        4.3e-6 + 1e-3 / 0.8, rel=1e-12)
+    symbolic = op_estimate(op, PARAMS, norm, SYMBOLIC)
+    assert _num(symbolic, **params) == pytest.approx(capped, rel=1e-12)
+    assert _num(symbolic, **{**params, "clock": 0}) == pytest.approx(free, rel=1e-12)
 
 
 def test_every_admitted_measurement_is_at_or_above_its_overlap_floor() -> None:

@@ -258,9 +258,9 @@ def _start(start: Fit | None, coord, rows: list["Prepared"], below: float) -> fl
 
 def _binding(rows: list["Prepared"], engine: str, below: float) -> float:
     """Where an engine's per-SM ceiling starts: `below` (ln) under its binding edge on the
-    GPU (with a clock) of its own rows where it binds first (`_used`). At the default it binds nowhere,
-    so the fit could not feel it (a Min's flat side); started binding, rows that want it
-    pull it lower and the prior returns it to the default where none does."""
+    GPU (with a clock) of its own rows where it binds first (`_used`). At the default it
+    binds nowhere, so the fit could not feel it (a Min's flat side); started binding, rows
+    that want it pull it lower and the prior returns it to the default where none does."""
     centre = PRIOR["sm_bytes_per_cycle"][0]
     logs = [math.log(PRIOR["eff_mem"][0] * p.inputs["mem_bw"]
                      / (p.inputs["sms"] * p.inputs["clock"] * centre))

@@ -103,7 +103,8 @@ def _efficiencies(inputs: dict) -> str:
              f"{inputs['sms']:g} SMs" if {"gemm_tile_m", "gemm_tile_n", "sms"} <= set(inputs) else "")
     hidden = (f"; comm_overlap {inputs['comm_overlap']:g} of the collectives hidden"
               if inputs.get("comm_overlap") else "")
-    return ", ".join(shares) + " of datasheet; " + ", ".join(fixed) + tiles + _ceiling(inputs) + hidden
+    return (", ".join(shares) + " of datasheet; " + ", ".join(fixed) + tiles + _ceiling(inputs)
+            + hidden)
 
 
 def _ceiling(inputs: dict) -> str:
@@ -114,7 +115,8 @@ def _ceiling(inputs: dict) -> str:
     if not inputs["clock"]:
         return "; no per-SM ceiling (clock 0: none given)"
     share = inputs["sms"] * inputs["clock"] * inputs["sm_bytes_per_cycle"] / inputs["mem_bw"]
-    head = f"; per-SM ceiling {inputs['sm_bytes_per_cycle']:g} B/cycle at {inputs['clock'] / 1e6:g} MHz"
+    head = (f"; per-SM ceiling {inputs['sm_bytes_per_cycle']:g} B/cycle at "
+            f"{inputs['clock'] / 1e6:g} MHz")
     return head + (f": {share:.3g} of mem_bw" if share < 1 else ": not binding")
 
 

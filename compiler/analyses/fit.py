@@ -150,11 +150,17 @@ def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
     own = [p for p in rows if engine in engine_groups(engine_of(p))]
     if name == "request_overhead":
         return any(quantity(p.row) == "ttft_s" for p in own)
-    if name in CEILINGS:      # an engine's own rows (a family's span other builds' kernels)
-        ratios = [p.inputs["sms"] * p.inputs["clock"] / p.inputs["mem_bw"] for p in own
-                  if p.inputs["clock"] > 0 and engine_of(p) == engine]
+    if name in CEILINGS:
+        ratios = [p.inputs["sms"] * p.inputs["clock"] / p.inputs["mem_bw"]
+                  for p in _clocked(rows, engine)]
         return bool(ratios) and max(ratios) > CEILING_SPAN * min(ratios)
     return True
+
+
+def _clocked(rows: list["Prepared"], engine: str) -> list["Prepared"]:
+    """An engine's own rows on GPUs with a clock: where its per-SM ceiling can bind (a
+    family's rows are other builds' kernels)."""
+    return [p for p in rows if engine_of(p) == engine and p.inputs["clock"] > 0]
 
 
 def engine_of(p: "Prepared") -> str:
@@ -264,7 +270,7 @@ def _binding(rows: list["Prepared"], engine: str, below: float) -> float:
     centre = PRIOR["sm_bytes_per_cycle"][0]
     logs = [math.log(PRIOR["eff_mem"][0] * p.inputs["mem_bw"]
                      / (p.inputs["sms"] * p.inputs["clock"] * centre))
-            for p in rows if engine_of(p) == engine and p.inputs["clock"] > 0]
+            for p in _clocked(rows, engine)]
     return min(0.0, max(logs, default=0.0) - below)
 
 

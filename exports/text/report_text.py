@@ -114,7 +114,8 @@ def _ceiling(inputs: dict) -> str:
         return ""
     if not inputs["clock"]:
         return "; no per-SM ceiling (clock 0: none given)"
-    share = inputs["sms"] * inputs["clock"] * inputs["sm_bytes_per_cycle"] / inputs["mem_bw"]
+    from infest.compiler.core.estimate_rule import NUMERIC, sm_share   # the rule's own
+    share = float(sm_share(inputs, NUMERIC))
     head = (f"; per-SM ceiling {inputs['sm_bytes_per_cycle']:g} B/cycle at "
             f"{inputs['clock'] / 1e6:g} MHz")
     return head + (f": {share:.3g} of mem_bw" if share < 1 else ": not binding")

@@ -46,8 +46,11 @@ def test_each_part_loads_with_links(name: str) -> None:
     ("l40s", "mem_capacity", 48 / 80),
     # RTX 4090 1008 GB/s vs 3350 GB/s: 0.3009
     ("rtx_4090", "mem_bw", 1008 / 3350),
-    # RTX 5090 fp8 (FP32 accumulate) 419 vs 1979: 0.2117
-    ("rtx_5090", "flops_fp8", 419 / 1979),
+    # RTX 5090 fp8 with FP16 accumulate (NVIDIA's 1,676 sparse / 2 = 838) vs 1979: 0.4234
+    ("rtx_5090", "flops_fp8", 838 / 1979),
+    # RTX 4090 fp16 with FP16 accumulate 330.3 (twice its bf16 165.2) vs 989: 0.3340
+    ("rtx_4090", "flops_fp16", 330.3 / 989),
+    ("rtx_4090", "flops_bf16", 165.2 / 989),
     # A100 40GB HBM2 1,555 GB/s vs 3,350: 0.4642
     ("a100_sxm_40gb", "mem_bw", 1555 / 3350),
     # H100 PCIe bf16 1,513 sparse / 2 = 756.5 vs 989: 0.7649

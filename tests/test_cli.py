@@ -61,10 +61,24 @@ def test_memory_capacity_in_gib(capsys) -> None:
     (["--set", "B=0"], "--set B: the value must be positive"),
     (["--set", "poll_interval=0.5"], "--set poll_interval: the value must be at least 1"),
     (["--set", "head_dim=64"], "'head_dim' is derived from other params"),
+    # h100_sxm has clock 1980 MHz: one SM would carry the whole GPU's per-SM ceiling
+    (["--set", "sms=1"], "--set sms: a clock needs the GPU's SM count"),
 ])
 def test_bad_set_exits_1_with_message(capsys, args: list[str], message: str) -> None:
     assert main(["eval", LLAMA, "--hw", "h100_sxm", *args]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_set_clock_without_sms_exits_1(capsys, tmp_path: Path) -> None:
+    # A hardware file without sms (default 1) takes no clock from --set either.
+    hw = tmp_path / "h.arch"
+    hw.write_text("hardware h {\n  mem_capacity = 80 GB;  mem_bw = 3.35 TB/s\n"
+                  "  flops_bf16 = 989 TFLOP/s;  launch_overhead = 4 us\n}\n")
+    assert main(["eval", LLAMA, "--hw", str(hw), "--set", "B=1"]) == 0
+    capsys.readouterr()
+    assert main(["eval", LLAMA, "--hw", str(hw), "--set", "clock=1980MHz"]) == 1
+    err = capsys.readouterr().err
+    assert "--set clock: a clock needs the GPU's SM count" in err and "--set sms=" in err
 
 
 def test_unknown_hardware_hints(capsys) -> None:

@@ -124,6 +124,18 @@ class Runner:
             _check_sign(name, value)
             if value > MAX_VALUE:
                 raise fail(None, f"--set {name}: absurdly large value", "values must stay below 1e30")
+        self._check_clock(fixed)
+
+    def _check_clock(self, fixed: Mapping[str, Fraction]) -> None:
+        """A clock with sms = 1 (its default: not given) would send the whole GPU's loads
+        through one SM (the per-SM ceiling, compiler/core/estimate_rule.py); a hardware
+        block is checked so when loaded, a --set here."""
+        changed = [n for n in ("clock", "sms") if n in fixed]
+        value = {n: fixed.get(n, self.defaults.get(n)) for n in ("clock", "sms")}
+        if changed and value["clock"] and value["sms"] == 1:
+            raise fail(None, f"--set {changed[0]}: a clock needs the GPU's SM count, and sms "
+                       "is 1 (its default: not given): one SM would stream the whole GPU's loads",
+                       "--set sms=132 (the GPU's SMs), or --set clock=0: no per-SM ceiling")
 
     def check(self, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> None:
         """Re-check the model's constraints (whole repeat counts, top_k <= experts, the

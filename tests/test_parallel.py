@@ -147,6 +147,50 @@ def test_deepseek_full_counts_every_collective_from_the_graph() -> None:
     assert _calls(r, "all_gather") == 58 + 1
 
 
+def test_deepseek_tp8_without_ep_reduces_routed_and_shared_experts_once() -> None:
+    r = analyze(DEEPSEEK, hw="h200_sxm").evaluate({"tp": 8, "ep": 1, "B": 8})
+    # ep = 1: every expert split 8 ways, so the routed experts' output is a partial sum, as
+    # the shared expert's is. Engines add the two and all-reduce once (vLLM and SGLang's
+    # DeepseekV2MoE: the shared expert with reduce_results=False). all-reduce: the
+    # attention output of 61 layers, the 3 dense MLPs, the 58 MoE layers (routed + shared
+    # in one), the embedding = 61 + 3 + 58 + 1 = 123 (not 181 = 123 + 58 twice-reduced).
+    assert _calls(r, "all_reduce") == 61 + 3 + 58 + 1
+    assert _calls(r, "all_to_all") == 0 and _calls(r, "all_gather") == 1  # the logits
+    # Each call moves the residual stream: B x T x hidden bf16 = 8 x 1 x 7168 x 2 bytes.
+    assert {o["comm_bytes"] for o in r["ops"] if o["kind"] == "all_reduce"} == {8 * 7168 * 2}
+
+
+PARALLEL_BLOCK = """
+# Falcon-style parallel attention and MLP reading one norm: x + attn(h) + mlp(h).
+model parallel_block {
+  hidden = 256; ffn = 1024; vocab = 64; layers = 2
+  policy full { split embedding, attention, mlp over tp }
+  x = embed(tokens, vocab -> hidden)                  group embedding
+  repeat layers {
+    h = rmsnorm(x)                                    group norm
+    o = linear(linear(h, hidden -> hidden), hidden -> hidden) group attention
+    x = add(x, o)
+    d = linear(linear(h, hidden -> ffn), ffn -> hidden) group mlp
+    x = add(x, d)
+  }
+}
+"""
+
+
+def test_parallel_attention_and_mlp_reduce_once_a_layer(tmp_path: Path) -> None:
+    spec = tmp_path / "parallel_block.arch"
+    spec.write_text(PARALLEL_BLOCK)
+    r = analyze(spec, hw="h100_sxm").evaluate({"tp": 2})
+    # o and d are row-parallel (each after a column-parallel linear): two partial sums
+    # added into a residual that stays a partial sum until the next norm reads it, so
+    # one all-reduce a layer (Falcon's parallel_attn in vLLM), plus the vocab-parallel
+    # embedding's: 1 + 2 x 1 = 3. Each moves B x T x hidden bf16 = 1 x 1 x 256 x 2 = 512.
+    reduces = [(o["name"], o["count"], o["comm_bytes"]) for o in r["ops"]
+               if o["kind"] == "all_reduce"]
+    assert reduces == [("x.all_reduce", 1, 512), ("x#3.all_reduce", 2, 512)]
+    assert r["step"]["collectives"] == 3
+
+
 BIG = """
 # A 1T-parameter dense model in bf16 (the capacity check in docs/physics.md): 270 layers of two linears,
 # 21504 -> 86016 -> 21504 (21504 = 21 x 1024 so that 21 GPUs split it evenly).

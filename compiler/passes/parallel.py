@@ -13,6 +13,8 @@ each expert split tp/ep ways when ep < tp; when ep > tp the group spans dp repli
 attention-data-parallel engines do). Tokens stay replicated and one all-reduce sums the
 partial expert outputs (`by all_reduce`), or are sent to their experts and back
 (`by all_to_all`: dispatch and combine over the G GPUs, then an all-gather over tp).
+Two partial sums added into one residual reduce once (`merge_reductions`): a MoE layer's
+routed experts at ep = 1 and its shared expert, as engines run them.
 
 Every cost becomes one GPU's: B is the global batch and each dp replica serves B / dp
 sequences; an op's work, weights and KV cache are divided by the GPUs sharing them.
@@ -90,7 +92,8 @@ def shard(model: "CompiledModel", policy: Policy | None, links: Links) -> tuple[
     _pipeline(walk)
     _global_constraints(walk)
     layout = tuple(walk.constraints.values())
-    sharded = replace(model, ops=walk.ops, constraints=[*model.constraints, *layout])
+    ops = merge_reductions(walk.ops)
+    sharded = replace(model, ops=ops, constraints=[*model.constraints, *layout])
     sharded.__dict__.pop("graph", None)  # a cached graph of the unsharded ops
     return sharded, Layout(policy.name if policy else None, layout,
                            bool(policy and policy.derived))
@@ -368,6 +371,57 @@ def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:
     _collective(w, op, "all_reduce", TP, out, f"{op.name}.all_reduce",
                 count=op.count * (1 - spread))
     w.alias[op.name] = w.ops[-1].name
+
+
+# ---- two partial sums into one residual: one all-reduce ----------------------------
+
+def merge_reductions(ops: list["OpNode"]) -> list["OpNode"]:
+    """`x + a + b` with a and b partial sums over the same GPUs is `x + all_reduce(a + b)`:
+    engines sum a MoE layer's routed and shared experts before their one all-reduce
+    (vLLM, SGLang and TensorRT-LLM's DeepSeek, Qwen2-MoE, Llama 4), and Falcon its
+    parallel attention and MLP. The walk reduces each partial where it meets the residual;
+    here the first of two such reduces is dropped where the residual between the two adds
+    feeds nothing else, and the second carries the sum (the same bytes a call). Its calls
+    cover the first's: where the first runs (the experts' all-reduce at ep = 1) so does it."""
+    by_name = {op.name: op for op in ops}
+    readers: dict[str, int] = {}
+    for op in ops:
+        for p in op.inputs:
+            readers[p] = readers.get(p, 0) + 1
+    dropped: dict[str, str] = {}   # a dropped all-reduce -> the partial sum it reduced
+    for op in ops:
+        first = _carried_reduce(op, by_name, readers)
+        if first is not None and first.name not in dropped:
+            dropped[first.name] = first.inputs[0]
+    return [replace(op, inputs=tuple(dropped.get(p, p) for p in op.inputs))
+            for op in ops if op.name not in dropped]
+
+
+def _carried_reduce(add: "OpNode", by_name: dict[str, "OpNode"],
+                    readers: dict[str, int]) -> "OpNode | None":
+    """The all-reduce of `x + a` that `add` = (x + a) + all_reduce(b) can carry, if any."""
+    if add.kind != "add" or len(add.inputs) != 2:
+        return None
+    pair = [by_name.get(p) for p in add.inputs]
+    for residual, second in (pair, pair[::-1]):
+        if residual is None or second is None or residual.kind != "add" \
+                or second.kind != "all_reduce" or readers.get(residual.name) != 1:
+            continue
+        # The residual's own reduce (read by a norm too) stays: only a partial sum added
+        # here and nowhere else can ride the second reduce.
+        firsts = [by_name[p] for p in residual.inputs if p in by_name
+                  and by_name[p].kind == "all_reduce" and readers.get(p) == 1
+                  and _same_call(by_name[p], second)]
+        if len(firsts) == 1 and residual.count == add.count:
+            return firsts[0]
+    return None
+
+
+def _same_call(first: "OpNode", second: "OpNode") -> bool:
+    """Two all-reduces over the same GPUs moving the same bytes a call."""
+    assert first.comm is not None and second.comm is not None
+    return first.comm.gpus == second.comm.gpus and \
+        sympy.simplify(first.cost.comm_bytes - second.cost.comm_bytes) == 0
 
 
 # ---- the model's output, the pipeline and the layout -------------------------------

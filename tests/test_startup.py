@@ -110,8 +110,8 @@ def test_serve_prompts_against_the_simulated_benchmark_as_run() -> None:
     # Qwen3-30B-A3B 1000/1000 on one H200 under SGLang's profile, 32 clients, 320 prompts
     # (lengths +-11%, as InferenceX's 819-1024): the closed form within 5% of the
     # simulated benchmark, every prompt from the synchronised start measured (at the
-    # profile shipped with this test: 178 ms against 176-178 over three seeds; the steady
-    # state alone 151 ms, the wave 418 ms: 16 steps of 2048 tokens for 32 prompts of 1000).
+    # profile shipped with this test: 193 ms against 193-196 over three seeds; the steady
+    # state alone 160 ms, the wave 486 ms: 16 steps of 2048 tokens for 32 prompts of 1000).
     from infest.compiler.analyses.serve_sim import simulated_closed
     from infest.compiler.backend.cache import cached_runner
     path = Path(__file__).parents[1] / "specs" / "models" / "qwen3_30b_a3b.arch"

@@ -23,6 +23,7 @@ stage (time as on one stage column) plus pp - 1 hand-offs of the residual stream
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -384,10 +385,7 @@ def merge_reductions(ops: list["OpNode"]) -> list["OpNode"]:
     feeds nothing else, and the second carries the sum (the same bytes a call). Its calls
     cover the first's: where the first runs (the experts' all-reduce at ep = 1) so does it."""
     by_name = {op.name: op for op in ops}
-    readers: dict[str, int] = {}
-    for op in ops:
-        for p in op.inputs:
-            readers[p] = readers.get(p, 0) + 1
+    readers = Counter(p for op in ops for p in op.inputs)
     dropped: dict[str, str] = {}   # a dropped all-reduce -> the partial sum it reduced
     for op in ops:
         first = _carried_reduce(op, by_name, readers)
@@ -398,7 +396,7 @@ def merge_reductions(ops: list["OpNode"]) -> list["OpNode"]:
 
 
 def _carried_reduce(add: "OpNode", by_name: dict[str, "OpNode"],
-                    readers: dict[str, int]) -> "OpNode | None":
+                    readers: Counter[str]) -> "OpNode | None":
     """The all-reduce of `x + a` that `add` = (x + a) + all_reduce(b) can carry, if any."""
     if add.kind != "add" or len(add.inputs) != 2:
         return None

@@ -13,8 +13,8 @@ each expert split tp/ep ways when ep < tp; when ep > tp the group spans dp repli
 attention-data-parallel engines do). Tokens stay replicated and one all-reduce sums the
 partial expert outputs (`by all_reduce`), or are sent to their experts and back
 (`by all_to_all`: dispatch and combine over the G GPUs, then an all-gather over tp).
-Two partial sums added into one residual reduce once (`merge_reductions`): a MoE layer's
-routed experts at ep = 1 and its shared expert, as engines run them.
+A MoE layer's routed experts at ep = 1 and its shared expert, two partial sums added into
+one residual, reduce once (`merge_reductions`), as engines run them.
 
 Every cost becomes one GPU's: B is the global batch and each dp replica serves B / dp
 sequences; an op's work, weights and KV cache are divided by the GPUs sharing them.
@@ -379,11 +379,12 @@ def _expert_container(op: "OpNode", w: _Walk, g, batch, mode: str) -> None:
 def merge_reductions(ops: list["OpNode"]) -> list["OpNode"]:
     """`x + a + b` with a and b partial sums over the same GPUs is `x + all_reduce(a + b)`:
     engines sum a MoE layer's routed and shared experts before their one all-reduce
-    (vLLM, SGLang and TensorRT-LLM's DeepSeek, Qwen2-MoE, Llama 4), and Falcon its
-    parallel attention and MLP. The walk reduces each partial where it meets the residual;
-    here the first of two such reduces is dropped where the residual between the two adds
-    feeds nothing else, and the second carries the sum (the same bytes a call). Its calls
-    cover the first's: where the first runs (the experts' all-reduce at ep = 1) so does it."""
+    (vLLM, SGLang and TensorRT-LLM's DeepSeek, Qwen2-MoE, Llama 4). The walk keeps a
+    residual of partial sums partial, but reduces the experts' output inside their
+    container (`_expert_container`: at ep = 1 only, a count symbolic in ep, since at ep > 1
+    the tokens are gathered instead), so it meets the residual already whole. Here that
+    first reduce is dropped where the residual between the two adds feeds nothing else,
+    and the second carries the sum (the same bytes a call); its calls cover the first's."""
     by_name = {op.name: op for op in ops}
     readers = Counter(p for op in ops for p in op.inputs)
     dropped: dict[str, str] = {}   # a dropped all-reduce -> the partial sum it reduced

@@ -12,7 +12,8 @@ database trtllm 1.3.0rc20). infest answers the same requests here, aggregated se
   budget aiconfigurator's points use).
 
 Every ratio infest / aiconfigurator outside [1 / LIMIT, LIMIT] must have an entry in
-EXPLAINED (README.md gives the reasons at length); an unexplained one exits 1.
+EXPLAINED (README.md gives the reasons at length); an unexplained one exits 1, and so does
+an entry no ratio needs any more (a stale reason).
 
     python bench/aiconfigurator/compare.py
 """
@@ -73,9 +74,6 @@ EXPLAINED = {
     "a queueing factor (2 + (n_mix - 3) / 20, capped at 4) and packs 8000-token steps; "
     "infest's TTFT is the closed loop's chunk steps plus an arrival's M/D/1 waits (README: TTFT)",
     ("quickstart", "ttft, budget 8192"): "the queueing factor, as above (README: TTFT)",
-    ("qwen3_32b", "ttft, budget 2048"): "queueing factor 2.85 x a 257.6 ms mixed step of "
-    "2 prompts (README: TTFT)",
-    ("qwen3_32b", "ttft, budget 8192"): "queueing factor 2.85 (README: TTFT)",
     ("llama70b", "ttft, budget 2048"): "queueing factor 2.65 x a 511.9 ms mixed step of "
     "4 prompts (README: TTFT)",
     ("llama70b", "ttft, budget 8192"): "queueing factor 2.65 (README: TTFT)",
@@ -164,7 +162,7 @@ def _layout(c: dict) -> str:
 def main() -> int:
     """Print the side-by-side tables; 1 if a ratio beyond LIMIT is not explained."""
     sys.path.insert(0, str(ROOT.parent))
-    unexplained = []
+    unexplained, used = [], set()
     for case in CASES:
         aic = aic_best(case)
         print(f"\n{case.name}: {case.note}")
@@ -178,6 +176,7 @@ def main() -> int:
             if not 1 / LIMIT <= ratio <= LIMIT:
                 why = EXPLAINED.get((case.name, what))
                 flag = f"  > {LIMIT}x: {why}" if why else "  UNEXPLAINED"
+                used.add((case.name, what))
                 if not why:
                     unexplained.append((case.name, what))
             if what.startswith(("plan: tp", "serve at")):
@@ -185,8 +184,10 @@ def main() -> int:
                 continue
             scale = 1e3 if what.startswith(("ttft", "tpot")) else 1
             print(f"  {what:34} {ours * scale:10.2f} {theirs * scale:10.2f} {ratio:7.2f}{flag}")
-    if unexplained:
-        print(f"\nunexplained differences over {LIMIT}x: {unexplained}")
+    stale = sorted(set(EXPLAINED) - used)
+    if unexplained or stale:
+        print(f"\nunexplained differences over {LIMIT}x: {unexplained}; explanations no "
+              f"ratio needs: {stale}")
         return 1
     print(f"\ntimes in ms; ratio = infest / aiconfigurator (estimates, engine profile {ENGINE})")
     return 0

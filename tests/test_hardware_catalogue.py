@@ -210,3 +210,16 @@ def test_nvfp4_runs_weight_only_on_hopper_and_fp4_on_blackwell(qwen3_nvfp4: Path
     assert g["b200"]["t_compute_s"] == pytest.approx(flops / 9000e12, rel=1e-12)
     assert main(["eval", str(qwen3_nvfp4), "--hw", "h200_sxm", "--json"]) == 0
     assert '"runs_at": "bf16"' in capsys.readouterr().out
+
+
+def test_geforce_fp16_math_runs_at_the_fp16_accumulate_peak() -> None:
+    # The same graph in bf16 (the shipped spec) and in fp16 (the variant llama.cpp's rows
+    # name): the same FLOPs, run at the RTX 4090's 165.2 and 330.3 TFLOP/s, so the fp16
+    # compute term is 165.2 / 330.3 = 0.50015 of the bf16 one; on the H100 (989 both) 1.
+    specs = (MODELS / "llama3_1_8b.arch",
+             MODELS.parents[1] / "bench" / "specs" / "llama3_1_8b_f16.arch")
+    for hw, ratio in (("rtx_4090", 165.2 / 330.3), ("h100_sxm", 1.0)):
+        bf16, fp16 = (analyze(s, hw=hw, phase="prefill").evaluate({"N": 1024})["step"]
+                      for s in specs)
+        assert fp16["flops"] == bf16["flops"]
+        assert fp16["t_compute_s"] == pytest.approx(bf16["t_compute_s"] * ratio, rel=1e-12)

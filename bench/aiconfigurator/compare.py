@@ -77,20 +77,22 @@ EXPLAINED = {
     ("llama70b", "ttft, budget 2048"): "queueing factor 2.65 x a 511.9 ms mixed step of "
     "4 prompts (README: TTFT)",
     ("llama70b", "ttft, budget 8192"): "queueing factor 2.65 (README: TTFT)",
-    ("quickstart", "plan: GPUs for 128 users"): "TPOT at tp4 C=16 is 11.8 ms in infest, 8.8 ms "
-    "in aiconfigurator, either side of the 10 ms limit: 709 kernels a step at the "
-    f"TensorRT-LLM profile's fitted {KERNEL_US} each (eight public end-to-end rows pin it "
-    "loosely: the second round's fit had 3.0 us and 9.5 ms, 32 GPUs) (README: Plan)",
-    ("qwen3_32b", "plan: GPUs for 80 users"): "TPOT at tp4 C=40 is 30.3 ms in infest, 19.8 ms "
-    f"in aiconfigurator, either side of the 20 ms limit: the profile's {KERNEL_US} per kernel, "
-    f"as above, and the prompt tokens riding each step at eff_flops {EFF_FLOPS} (README: Plan)",
-    ("llama70b", "plan: GPUs for 500 users"): "TPOT at tp4 C=64 is 72 ms in infest, 44 ms in "
-    "aiconfigurator, either side of the 50 ms limit: the ~430 prompt tokens riding each step "
-    f"run at the TensorRT-LLM profile's fitted eff_flops {EFF_FLOPS} in infest, at ~80% of peak in "
-    "aiconfigurator's GEMM tables (README: Plan)",
+    ("quickstart", "plan: GPUs for 128 users"): "infest's TPOT at tp4 C=16 (the tpot "
+    "rows below) and aiconfigurator's 8.8 ms fall either side of the 10 ms limit: 709 "
+    f"kernels a step at the TensorRT-LLM profile's fitted {KERNEL_US} each (eight public "
+    "end-to-end rows pin it loosely: the second round's fit had 3.0 us and 9.5 ms, 32 "
+    "GPUs) (README: Plan)",
+    ("qwen3_32b", "plan: GPUs for 80 users"): "infest's TPOT at tp4 C=40 (below) and "
+    "aiconfigurator's 19.8 ms fall either side of the 20 ms limit: the profile's "
+    f"{KERNEL_US} per kernel, as above, and the prompt tokens riding each step at "
+    f"eff_flops {EFF_FLOPS} (README: Plan)",
+    ("llama70b", "plan: GPUs for 500 users"): "infest's TPOT at tp4 C=64 (below) and "
+    "aiconfigurator's 44 ms fall either side of the 50 ms limit: the ~430 prompt tokens "
+    "riding each step run at the TensorRT-LLM profile's fitted eff_flops "
+    f"{EFF_FLOPS} in infest, at ~80% of peak in aiconfigurator's GEMM tables (README: Plan)",
     ("llama70b", "tpot, budget 2048"): "the ~430 prompt tokens riding each step at the "
-    f"profile's fitted eff_flops {EFF_FLOPS} against ~80% of peak in aiconfigurator's GEMM tables "
-    "(README: TPOT)",
+    f"profile's fitted eff_flops {EFF_FLOPS} against ~80% of peak in aiconfigurator's "
+    "GEMM tables (README: TPOT)",
     ("llama70b", "tpot, budget 8192"): "the prompt tokens riding each step, as above "
     "(README: TPOT)",
     ("llama70b", "tok/s/GPU, budget 2048"): "follows the TPOT above (README: TPOT)",

@@ -122,12 +122,17 @@ def test_ring_all_reduce_at_8_gpus_by_hand() -> None:
           "time_s": zero, "kernels": sympy.Integer(1), "t_compute_s": zero, "t_memory_s": zero,
           "t_host_s": zero, "t_launch_s": zero}
     values = dict(link_latency=5e-6, link_bw=450e9, coll_step_latency=0.86e-6, eff_link=0.8,
-                  kernel_latency=4.3e-6)
+                  kernel_latency=4.3e-6, nvls=0)
     # 5 us + 2(8-1) = 14 ring steps x 0.86 us + 2 x 7/8 x 1 MiB / (0.8 x 450 GB/s)
     # = 5 + 12.04 + 5.0972 us.
     want = 5e-6 + 14 * 0.86e-6 + 1.75 * payload / (0.8 * 450e9)
     # (a collective's latency is its launch: no kernel_latency added)
-    assert _num(op_estimate(op, PARAMS, Kind(0, 1, 0), SYMBOLIC), **values) == pytest.approx(want, rel=1e-12)
+    estimate = op_estimate(op, PARAMS, Kind(0, 1, 0), SYMBOLIC)
+    assert _num(estimate, **values) == pytest.approx(want, rel=1e-12)
+    # NVLink SHARP (nvls = 1): the switch sums, each GPU sends and receives its 1 MiB once:
+    # 5 + 12.04 + 1 x 1 MiB / (0.8 x 450 GB/s) = 5 + 12.04 + 2.9127 us (latency unchanged).
+    want_nvls = 5e-6 + 14 * 0.86e-6 + 1.0 * payload / (0.8 * 450e9)
+    assert _num(estimate, **{**values, "nvls": 1}) == pytest.approx(want_nvls, rel=1e-12)
 
 
 def test_dispatch_across_nodes_sends_a_token_once_per_node() -> None:

@@ -55,6 +55,17 @@ def test_llama_8b_tp2_comm_time_is_alpha_beta_over_nvlink() -> None:
     assert r["step"]["t_comm_s"] == pytest.approx(65 * ar + ag, rel=1e-12)
 
 
+def test_llama_8b_tp8_all_reduce_moves_its_buffer_once_under_nvlink_sharp() -> None:
+    a = analyze(LLAMA8, hw="h100_sxm")     # nvls = 1: third-generation NVSwitch
+    sharp, ring = (a.evaluate({"tp": 8, **x})["step"]["t_comm_s"] for x in ({}, {"nvls": 0}))
+    # All-reduce over 8 GPUs: 5 us + 1 x 8192 B / 450 GB/s with the switch summing, a
+    # ring's 5 us + 2(8-1)/8 x 8192 B / 450 GB/s without; 65 calls either way.
+    # The logits' all-gather moves 7/8 x 256512 B either way: 5 us + 7/8 x 256512 / 450 GB/s.
+    ag = 5e-6 + 7 / 8 * 256_512 / 450e9
+    assert sharp == pytest.approx(65 * (5e-6 + 1.0 * 8192 / 450e9) + ag, rel=1e-12)
+    assert ring == pytest.approx(65 * (5e-6 + 1.75 * 8192 / 450e9) + ag, rel=1e-12)
+
+
 def test_kv_heads_stop_splitting_at_tp_equal_kv_heads() -> None:
     a = analyze(LLAMA8, hw="h100_sxm")
     kv8, kv16 = (a.evaluate({"tp": t, "B": 16})["memory"]["kv_bytes_per_gpu"] for t in (8, 16))

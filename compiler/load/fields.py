@@ -96,6 +96,12 @@ FIELD_TABLE = (
     Field("link_bw", BANDWIDTH, "link", "GPU-to-GPU link inside a node, one GPU, one direction"),
     Field("link_latency", TIME, "link", "time per collective call inside a node", zero=True),
     Field("gpus_per_node", COUNT, "link", "GPUs joined by the link"),
+    Field("nvls", COUNT, "link", "NVLink SHARP: 1 where the node's switch reduces and "
+          "multicasts, so an all-reduce inside the node moves its buffer once per GPU, "
+          "not a ring's 2(n-1)/n times; between 0 and 1, the share of that saving engines get",
+          Fraction(0), "not given: 0, ring all-reduce only; every shipped file gives its "
+          "own (1 on third- and fourth-generation NVSwitch nodes)", zero=True,
+          unit_ratio=True),
     Field("net_bw", BANDWIDTH, "network", "network between nodes, one GPU, one direction "
           "(0: no network; a group must fit one node)", zero=True),
     Field("net_latency", TIME, "network", "time per collective call between nodes", zero=True),

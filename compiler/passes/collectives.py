@@ -8,6 +8,14 @@ with NCCL's bus-bandwidth factor f: 2(n-1)/n for all-reduce, (n-1)/n for all-gat
 reduce-scatter and all-to-all, 1 for a point-to-point send/recv. bw and latency are
 one GPU's one-direction link inside a node (`link_bw`, `link_latency`) when the group
 fits in `gpus_per_node`, else the network between nodes (`net_bw`, `net_latency`).
+
+Inside a node whose switch reduces in the network (NVLink SHARP, `nvls` = 1: third- and
+fourth-generation NVSwitch), an all-reduce's factor is 1, below the ring's 2(n-1)/n for
+n > 2: each GPU sends its buffer to the switch once, which sums the copies and
+multicasts the sums back (NCCL's NVLS algorithm). No all-reduce moves less: every
+element's sum needs each GPU's share of it (one send) and each GPU needs every sum (one
+receive). All-gather and reduce-scatter move (n-1)/n either way; between nodes the
+ring's factor stays.
 On one GPU (n = 1) a collective does nothing: its call count (`several`) is 0 there.
 
 An all-to-all that carries k routed copies of each token (an MoE dispatch or combine)
@@ -79,12 +87,18 @@ def _network_share(c: Collective, f: sympy.Expr) -> sympy.Expr:
     return (nodes - 1) * (1 - (1 - 1 / nodes) ** c.copies) / c.copies
 
 
+def inside_factor(c: Collective, f: sympy.Expr) -> sympy.Expr:
+    """A call's bus factor inside a node: f, or for an all-reduce f moved towards the
+    switch's 1 by the share `nvls` (module docstring)."""
+    return f + sym("nvls") * (1 - f) if c.kind == "all_reduce" else f
+
+
 def call_time(c: Collective, payload: sympy.Expr, links: Links) -> sympy.Expr:
     """Seconds of one call of `payload` bytes."""
     f = FACTORS[c.kind](c.gpus)
     if not links.link:
         return sympy.Integer(0)  # layouts needing a link are refused (see parallel.py)
-    inside = sym("link_latency") + f * payload / sym("link_bw")
+    inside = sym("link_latency") + inside_factor(c, f) * payload / sym("link_bw")
     if not links.net:
         return inside
     between = sym("net_latency") + _network_share(c, f) * payload / sym("net_bw")

@@ -95,13 +95,11 @@ EXPLAINED = {
     "GEMM tables (README: TPOT)",
     ("llama70b", "tpot, budget 8192"): "the prompt tokens riding each step, as above "
     "(README: TPOT)",
-    ("llama70b", "tok/s/GPU, budget 2048"): "follows the TPOT above (README: TPOT)",
-    ("llama70b", "tok/s/GPU, budget 8192"): "follows the TPOT above (README: TPOT)",
-    ("qwen3_32b", "tpot, budget 2048"): "the ~320 prompt tokens riding each step at the "
+    ("qwen3_32b", "ttft, budget 2048"): "aiconfigurator's queueing factor, as in the "
+    "quickstart (README: TTFT)",
+    ("qwen3_32b", "tpot, budget 8192"): "the ~320 prompt tokens riding each step at the "
     f"profile's fitted eff_flops {EFF_FLOPS} against ~80% of peak in aiconfigurator's GEMM "
     f"tables, and {KERNEL_US} per kernel (README: TPOT)",
-    ("qwen3_32b", "tpot, budget 8192"): "the prompt tokens riding each step, as above "
-    "(README: TPOT)",
 }
 
 

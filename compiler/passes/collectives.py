@@ -8,6 +8,7 @@ with NCCL's bus-bandwidth factor f: 2(n-1)/n for all-reduce, (n-1)/n for all-gat
 reduce-scatter and all-to-all, 1 for a point-to-point send/recv. bw and latency are
 one GPU's one-direction link inside a node (`link_bw`, `link_latency`) when the group
 fits in `gpus_per_node`, else the network between nodes (`net_bw`, `net_latency`).
+On one GPU (n = 1) a collective does nothing: its call count (`several`) is 0 there.
 
 Inside a node whose switch reduces in the network (NVLink SHARP, `nvls` = 1: third- and
 fourth-generation NVSwitch), an all-reduce's factor is 1, below the ring's 2(n-1)/n for
@@ -16,7 +17,6 @@ multicasts the sums back (NCCL's NVLS algorithm). No all-reduce moves less: ever
 element's sum needs each GPU's share of it (one send) and each GPU needs every sum (one
 receive). All-gather and reduce-scatter move (n-1)/n either way; between nodes the
 ring's factor stays.
-On one GPU (n = 1) a collective does nothing: its call count (`several`) is 0 there.
 
 An all-to-all that carries k routed copies of each token (an MoE dispatch or combine)
 past one node sends each token over the network once per node it reaches, not once per

@@ -148,7 +148,10 @@ def test_list_shows_the_catalogue(capsys: pytest.CaptureFixture) -> None:
     # int8 in integer ops: 624 TOPS
     assert "624 TOP/s" in row
     gb200 = next(line for line in hardware.splitlines() if line.startswith("gb200"))
-    assert "186 GB" in gb200 and "10 PFLOP/s" in gb200 and gb200.split()[-1] == "72"
+    # 72 GPUs a node, and NVLink SHARP on the NVL72's switches (nvls 1); the A100's
+    # second-generation NVSwitch has none (0)
+    assert "186 GB" in gb200 and "10 PFLOP/s" in gb200 and gb200.split()[-2:] == ["72", "1"]
+    assert row.split()[-1] == "0"
 
 
 SPECS = sorted(p.stem for p in MODELS.glob("*.arch"))

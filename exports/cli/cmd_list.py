@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_hardware() -> None:
-    """A row per shipped hardware file: memory, bandwidth, dense peaks, link, GPUs a node."""
+    """A row per shipped hardware file: memory, bandwidth, dense peaks, link, GPUs a node
+    and NVLink SHARP (nvls: the share of an all-reduce's ring traffic the switch saves)."""
     from infest.compiler.load.hardware import compile_hardware
     from infest.compiler.load.loader import load_program, shipped
     from infest.dsl.human import si, table
@@ -49,9 +50,9 @@ def _print_hardware() -> None:
                      if f.get(f"flops_{d}", 0) > 0 else "-" for d in _PEAKS]
             rows.append([name, hw_ast.title, si(f["mem_capacity"], "B"), si(f["mem_bw"], "B/s"),
                          *peaks, si(f["link_bw"], "B/s") if "link_bw" in f else "-",
-                         str(int(f.get("gpus_per_node", 1)))])
+                         str(int(f.get("gpus_per_node", 1))), f"{f.get('nvls', 0):g}"])
     headers = ["name", "title", "memory", "mem_bw", *(f"flops_{d}" for d in _PEAKS),
-               "link_bw", "gpus/node"]
+               "link_bw", "gpus/node", "nvls"]
     print("hardware (dense peaks; '-': no such math, peak 0: its ops fall back to a wider format):")
     print(table(headers, rows, right=set(range(2, len(headers)))))
 

@@ -8,7 +8,9 @@ and the package version). Three least-squares fits, each printed with its residu
 - memory-bound GEMMs (bf16, M <= 128): latency = t0 + weight bytes / (eff x HBM bw), the
   source of `kernel_latency` (t0) and the memory efficiency of a weight read;
 - NCCL all-reduce at small messages (<= 64 KiB): latency = a + b x 2(n - 1), the source
-  of `link_latency` (a) and `coll_step_latency` (b);
+  of `coll_step_latency` (b) and of `coll_latency` (a less the hardware's 2 us
+  `link_latency`, the bound's per-call floor: below the fastest all-reduce of the tables,
+  TensorRT-LLM's custom one, also printed);
 - context (prefill) attention at 4k tokens or more: FLOPs / (latency x peak), the source
   of `eff_attn`;
 - generation (decode) attention reading over 500 MB of KV cache: KV bytes / (latency x
@@ -24,6 +26,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent / "kernels"
 HBM = {"h100_sxm": 3.35e12, "h200_sxm": 4.8e12}
 PEAK_BF16 = 989e12
+FLOOR = 2e-6      # the shipped link_latency of the H100 and H200 SXM (specs/hardware/)
 
 
 def _rows(name: str) -> list[dict]:
@@ -51,6 +54,11 @@ def allreduce_fit() -> tuple[float, float, float]:
     return float(a), float(b), float(np.max(np.abs((a + b * steps) / seconds - 1)))
 
 
+def fastest_allreduce() -> float:
+    """The least latency of any all-reduce in the tables (NCCL's or TensorRT-LLM's own)."""
+    return min(float(r["latency_us"]) * 1e-6 for r in _rows("allreduce.csv"))
+
+
 def attention_fit() -> tuple[float, float, float]:
     """(median, lowest, highest) share of the bf16 peak, context attention at >= 4k tokens."""
     shares = [float(r["pct_of_989_tflops"]) / 100 for r in _rows("context_attention_llama8b_shape.csv")
@@ -72,7 +80,11 @@ def main() -> None:
           f"(worst residual {worst:.1%})")
     a, b, worst = allreduce_fit()
     print(f"NCCL all-reduce <=64 KiB: per call {a * 1e6:.2f} us + {b * 1e6:.2f} us x 2(n-1) "
-          f"(worst residual {worst:.1%})")
+          f"(worst residual {worst:.1%}): coll_latency {(a - FLOOR) * 1e6:.2f} us above the "
+          f"{FLOOR * 1e6:g} us link_latency")
+    fastest = fastest_allreduce()
+    print(f"fastest all-reduce of the tables: {fastest * 1e6:.3f} us (link_latency "
+          f"{FLOOR * 1e6:g} us must stay below it)")
     med, lo, hi = attention_fit()
     print(f"context attention >=4k tokens: eff_attn median {med:.3f} (range {lo:.3f}-{hi:.3f})")
     med, lo, hi = kv_read_fit()

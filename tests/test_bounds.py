@@ -67,7 +67,7 @@ def test_may_be_zero_is_declared_once() -> None:
                            "hit_rate", "flops_fp16", "flops_fp8", "flops_fp4", "flops_int8",
                            "flops_tf32", "flops_fp32", "mem_bw_measured",
                            "flops_bf16_measured", "net_bw", "kernel_latency", "step_overhead",
-                           "request_overhead", "coll_step_latency", "moe_skew",
+                           "request_overhead", "coll_latency", "coll_step_latency", "moe_skew",
                            "comm_overlap", "clock", "nvls"}
 
 
@@ -114,3 +114,43 @@ def test_at_batch_one_the_floor_is_the_roofline(llama) -> None:
     step = llama.evaluate({"B": 1, "N": 4096})["step"]
     assert step["overlap_floor_s"] == pytest.approx(step["bytes"] / 3.35e12, rel=1e-12)
     assert step["overlap_floor_s"] == pytest.approx(step["roofline_s"], rel=1e-12)
+
+
+# aiconfigurator 0.12.0's measured all-reduces (aiconfigurator-core's perf database: NCCL
+# and TensorRT-LLM 1.3.0rc20's custom all-reduce on 2, 4 and 8 H100 / H200 SXM, 256 B to
+# 1 GiB; each row of the extract names its parquet file).
+ALLREDUCE = ROOT / "bench" / "kernels" / "allreduce.csv"
+
+
+def _bound_call(hw: str, gpus: int, payload: int) -> float:
+    """The bound's seconds for one all-reduce inside a node of the shipped `hw`."""
+    import sympy
+
+    from infest.compiler.core.symbols import sym
+    from infest.compiler.load.hardware import compile_hardware
+    from infest.compiler.load.loader import load_program, shipped
+    from infest.compiler.passes.collectives import Collective, Links, call_time
+    (ast, file), = load_program(shipped("hardware")[hw]).hardware.values()
+    fields = compile_hardware(ast, file).fields
+    t = call_time(Collective("all_reduce", sympy.Integer(gpus)), sympy.Integer(payload),
+                  Links(net=False))
+    return float(t.subs({sym(k): sympy.Rational(str(v.value)) for k, v in fields.items()}))
+
+
+def test_no_measured_all_reduce_beats_the_bound() -> None:
+    import csv
+    with open(ALLREDUCE) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 264
+    ratios = [float(r["latency_us"]) * 1e-6
+              / _bound_call(r["system"], int(r["num_gpus"]), int(r["message_bytes"]))
+              for r in rows]
+    assert min(ratios) >= 1.0
+    # the fastest: TensorRT-LLM's custom all-reduce of 512 B on 2 H200s, 2.619 us, against
+    # 2 us + 512 B / 450 GB/s = 2.0011 us
+    assert min(ratios) == pytest.approx(2.619e-6 / (2e-6 + 512 / 450e9), rel=1e-9)
+    # NVLink SHARP is what keeps 1 GiB on 8 H200s a bound: TensorRT-LLM measured 4003.1 us,
+    # under a ring's 2 us + 2 x 7/8 x 2^30 B / 450 GB/s = 4177.4 us; the switch's
+    # 2 us + 2^30 B / 450 GB/s = 2388.1 us is under it.
+    assert _bound_call("h200_sxm", 8, 1 << 30) == pytest.approx(2e-6 + 2**30 / 450e9, rel=1e-12)
+    assert 4003.059e-6 < 2e-6 + 1.75 * 2**30 / 450e9

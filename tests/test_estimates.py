@@ -52,7 +52,8 @@ ONE_MEMORY_OP = {"time_s": 1e-3, "kernels": 1.0, "t_compute_s": 1e-5, "t_memory_
                  "gemm_cols": 1.0, "gemm_groups": 1.0, "gemm_load": 1.0, "comm_latency_s": 0.0,
                  "ring_steps": 0.0}
 DEFAULT_EFFS = {"eff_mem": 0.8, "eff_flops": 0.7, "eff_attn": 0.48, "eff_kv": 0.87,
-                "eff_link": 0.8, "kernel_latency": 4.3e-6, "coll_step_latency": 0.0}
+                "eff_link": 0.8, "kernel_latency": 4.3e-6, "coll_latency": 0.0,
+                "coll_step_latency": 0.0}
 
 
 def _scale(m: float, n: float, groups: float = 1) -> float:
@@ -121,17 +122,18 @@ def test_ring_all_reduce_at_8_gpus_by_hand() -> None:
     op = {"t_comm_s": call_time(node.comm, sympy.Integer(payload), links), **estimate_parts(node, links),
           "time_s": zero, "kernels": sympy.Integer(1), "t_compute_s": zero, "t_memory_s": zero,
           "t_host_s": zero, "t_launch_s": zero}
-    values = dict(link_latency=5e-6, link_bw=450e9, coll_step_latency=0.86e-6, eff_link=0.8,
-                  kernel_latency=4.3e-6, nvls=0)
-    # 5 us + 2(8-1) = 14 ring steps x 0.86 us + 2 x 7/8 x 1 MiB / (0.8 x 450 GB/s)
-    # = 5 + 12.04 + 5.0972 us.
-    want = 5e-6 + 14 * 0.86e-6 + 1.75 * payload / (0.8 * 450e9)
+    values = dict(link_latency=2e-6, link_bw=450e9, coll_latency=3e-6, coll_step_latency=0.86e-6,
+                  eff_link=0.8, kernel_latency=4.3e-6, nvls=0)
+    # the 2 us floor + the engine's 3 us a call + 2(8-1) = 14 ring steps x 0.86 us
+    # + 2 x 7/8 x 1 MiB / (0.8 x 450 GB/s) = 2 + 3 + 12.04 + 5.0972 us.
+    want = 2e-6 + 3e-6 + 14 * 0.86e-6 + 1.75 * payload / (0.8 * 450e9)
     # (a collective's latency is its launch: no kernel_latency added)
     estimate = op_estimate(op, PARAMS, Kind(0, 1, 0), SYMBOLIC)
     assert _num(estimate, **values) == pytest.approx(want, rel=1e-12)
     # NVLink SHARP (nvls = 1): the switch sums, each GPU sends and receives its 1 MiB once:
-    # 5 + 12.04 + 1 x 1 MiB / (0.8 x 450 GB/s) = 5 + 12.04 + 2.9127 us (latency unchanged).
-    want_nvls = 5e-6 + 14 * 0.86e-6 + 1.0 * payload / (0.8 * 450e9)
+    # 2 + 3 + 12.04 + 1 x 1 MiB / (0.8 x 450 GB/s) = 2 + 3 + 12.04 + 2.9127 us (latency
+    # unchanged).
+    want_nvls = 2e-6 + 3e-6 + 14 * 0.86e-6 + 1.0 * payload / (0.8 * 450e9)
     assert _num(estimate, **{**values, "nvls": 1}) == pytest.approx(want_nvls, rel=1e-12)
 
 

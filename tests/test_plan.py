@@ -98,10 +98,10 @@ def test_disaggregated_pools_match_their_steps() -> None:
     assert pre["prefill_s"] == pytest.approx(t_p["step"]["estimate_s"], rel=1e-12)
     # Llama 3.1 8B: 32 layers x 8 KV heads x 128 x 2 (K and V) x 2 B = 131,072 B a token;
     # a GPU holds 1 / (min(tp, 8) x pp) of it; the larger share of the two pools moves over
-    # NVLink (450 GB/s x eff_link 0.8, 5 us) when a replica of each fits one 8-GPU node.
+    # NVLink (450 GB/s x eff_link 0.8, 2 us) when a replica of each fits one 8-GPU node.
     share = max(1 / (min(c["tp"], 8) * c["pp"]) for c in (pre, dec))
     n = lambda c: c["tp"] * c["pp"] * c["dp"]  # noqa: E731
-    bw, lat = (450e9 * 0.8, 5e-6) if n(pre) + n(dec) <= 8 else (50e9 * 0.8, 10e-6)
+    bw, lat = (450e9 * 0.8, 2e-6) if n(pre) + n(dec) <= 8 else (50e9 * 0.8, 10e-6)
     move = lat + 2048 * 131072 * share / bw
     assert r["kv_transfer"]["time_s"] == pytest.approx(move, rel=1e-12)
     assert pre["ttft_s"] == pytest.approx(t_p["step"]["estimate_s"] + move, rel=1e-12)

@@ -165,12 +165,12 @@ def test_a_pipeline_keeps_pp_micro_batches_in_flight_by_hand() -> None:
     engine = _engine(hw="h200_sxm", use="bound")
     runner = engine.decode
     base = {i.name: float(i.value) for i in runner.inputs({}, checked=False)}
-    # One hand-off: 5 us + B/dp x T x hidden x 2 B over NVLink (the 2 GPUs share a node):
-    # 8 sequences -> 5e-6 + 8 x 4096 x 2 / 450e9 = 5.1456 us (the bound); none at pp = 1.
+    # One hand-off: 2 us + B/dp x T x hidden x 2 B over NVLink (the 2 GPUs share a node):
+    # 8 sequences -> 2e-6 + 8 x 4096 x 2 / 450e9 = 2.1456 us (the bound); none at pp = 1.
     point = {**base, "B": 8.0, "N": 515.5, "T": 1.0, "pp": 2.0}
     values = {**point, **runner(point)}
     assert float(hand_off(runner, values)["roofline_s"]) == pytest.approx(
-        5e-6 + 8 * 4096 * 2 / 450e9, rel=1e-12)
+        2e-6 + 8 * 4096 * 2 / 450e9, rel=1e-12)
     flat = {**point, "pp": 1.0}
     assert float(hand_off(runner, {**flat, **runner(flat)})["roofline_s"]) == 0.0
     # C = 16 clients at pp = 2: two micro-batches of 8. ISL 16, OSL 1001: a prompt is one
@@ -179,7 +179,7 @@ def test_a_pipeline_keeps_pp_micro_batches_in_flight_by_hand() -> None:
     # one hand-off between them) plus the hand-off back, at the mean context 16 + 999 / 2.
     s = serve(engine, Request(16, 1001, 16), {"pp": 2})
     assert s["schedule"]["mixed_steps_per_request"] == 7
-    pure = float(values["step.roofline_s"]) + 5e-6 + 8 * 4096 * 2 / 450e9
+    pure = float(values["step.roofline_s"]) + 2e-6 + 8 * 4096 * 2 / 450e9
     assert pure <= s["tpot_s"] <= pure * (1 + 7 / 1000)   # 7 steps carry 16 more tokens
     # One micro-batch of 16 (what pp ran before) steps slower than each of two of 8.
     one = runner({**point, "B": 16.0})

@@ -134,7 +134,7 @@ HUMAN = {"mem_bw": 1e12, "link_bw": 1e12, "net_bw": 1e12, "host_bw": 1e12,
          "mem_capacity": 1e9, "host_capacity": 1e9, "launch_overhead": 1e-6,
          "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12,
          "kernel_latency": 1e-6, "step_overhead": 1e-6, "request_overhead": 1e-6,
-         "coll_step_latency": 1e-6, "clock": 1e6}
+         "coll_latency": 1e-6, "coll_step_latency": 1e-6, "clock": 1e6}
 
 
 def _base(edits: dict) -> dict:

@@ -10,8 +10,8 @@ An op instance's estimate is the larger of its bound `time_s` and
 
     launches x kernel_latency
       + max(t_compute_s x scale / eff, t_memory_s / min(eff_m, sm_share))
-      + comm_latency_s + ring_steps x coll_step_latency + (t_comm_s - comm_latency_s) / eff_link
-      + t_host_s / eff_link
+      + comm_latency_s + coll_latency + ring_steps x coll_step_latency
+      + (t_comm_s - comm_latency_s) / eff_link + t_host_s / eff_link
 
 where eff is eff_attn for attention kernels and eff_flops otherwise, eff_m is eff_kv
 for attention kernels (their bytes are the KV cache they read) and eff_mem otherwise,
@@ -19,9 +19,10 @@ sm_share is the share of mem_bw the GPU's SMs can pull at the engine's bytes per
 clock cycle, sms x clock x sm_bytes_per_cycle / mem_bw (1 where clock is 0, not given:
 no such ceiling; a kernel that issues its loads slowly, e.g. llama.cpp's f16 mat-vec,
 streams at so many bytes per SM-cycle whatever the HBM behind it), launches are the
-op's kernels (0 for a collective: its latency is its launch), and for a GEMM (linear,
-router) scale = `gemm_scale` (1 for other kinds): the GEMM's time on whole tiles in whole
-waves over its ideal. Its M = gemm_rows rows and N = gemm_cols columns pad up to whole
+op's kernels (0 for a collective: its latency is its launch), coll_latency is what an
+engine's collective call adds to the bound's per-call floor comm_latency_s (0 for other
+ops), and for a GEMM (linear, router) scale = `gemm_scale` (1 for other kinds): the GEMM's
+time on whole tiles in whole waves over its ideal. Its M = gemm_rows rows and N = gemm_cols columns pad up to whole
 tiles of gemm_tile_m x gemm_tile_n; its gemm_groups GEMMs (an expert GEMM: the touched
 experts one GPU holds) make tiles = groups x ceil(M / tm) x ceil(N / tn) output tiles,
 one per SM at a time. Fewer tiles than SMs are split along K (split-K, as cuBLAS and
@@ -54,7 +55,7 @@ ESTIMATE_OP_KEYS = ("time_s", "kernels") + TERM_KEYS + PART_KEYS
 # clock and HBM bandwidth give the per-SM ceiling of memory-bound kernels).
 HARDWARE_PARAMS = ("sms", "clock", "mem_bw")
 ESTIMATE_PARAMS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
-                   "coll_step_latency", "gemm_tile_m", "gemm_tile_n",
+                   "coll_latency", "coll_step_latency", "gemm_tile_m", "gemm_tile_n",
                    "sm_bytes_per_cycle") + HARDWARE_PARAMS
 # Every runner lists these as inputs, whether or not its forms use them (a model without
 # collectives has no ring step and no overlap of them): the estimate's parameters, the
@@ -142,7 +143,8 @@ def op_estimate(v: Mapping[str, Any], p: Mapping[str, Any], kind: Kind, f: Math)
     scale = kind.gemm * gemm_scale(v, p, f) + (1 - kind.gemm)
     work = f.maximum(v["t_compute_s"] * scale / eff, v["t_memory_s"] / eff_m)
     latency = v["comm_latency_s"]
-    comm = latency + v["ring_steps"] * p["coll_step_latency"] + (v["t_comm_s"] - latency) / p["eff_link"]
+    fixed = latency + kind.collective * p["coll_latency"] + v["ring_steps"] * p["coll_step_latency"]
+    comm = fixed + (v["t_comm_s"] - latency) / p["eff_link"]
     launches = (1 - kind.collective) * v["kernels"] * p["kernel_latency"]
     return f.maximum(v["time_s"], launches + work + comm + v["t_host_s"] / p["eff_link"])
 

@@ -141,6 +141,12 @@ FIELD_TABLE = (
           Fraction(43, 10_000_000), "aiconfigurator 0.12.0 bf16 GEMMs at M <= 128 on "
           "H100/H200: 4.3 us + weight bytes / (0.82 x HBM bandwidth), worst residual 14% "
           "(bench/kernel_fit.py)", zero=True, catalogue=False),
+    Field("coll_latency", TIME, "estimate",
+          "fixed time an engine's collective call adds to the bound's per-call floor "
+          "(link_latency, net_latency)", Fraction(3, 1_000_000),
+          "aiconfigurator 0.12.0 NCCL all-reduce <= 64 KiB on H100/H200 at 2, 4, 8 GPUs: "
+          "5.0 us a call, their 2 us link_latency + 3.0 us (bench/kernel_fit.py)", zero=True,
+          catalogue=False),
     Field("coll_step_latency", TIME, "estimate",
           "latency of each ring step of a collective (all-reduce: 2(n-1) steps)",
           Fraction(86, 100_000_000), "aiconfigurator 0.12.0 NCCL all-reduce <= 64 KiB on "

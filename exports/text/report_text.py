@@ -97,7 +97,8 @@ def _efficiencies(inputs: dict) -> str:
     shares = [f"{f.name} {inputs[f.name]:g}" for f in FIELD_TABLE
               if f.unit_ratio and not f.zero and f.name in inputs]
     fixed = [f"{duration(inputs[k])} {what}" for k, what in
-             (("kernel_latency", "per kernel"), ("coll_step_latency", "per ring step"),
+             (("kernel_latency", "per kernel"), ("coll_latency", "per collective call"),
+              ("coll_step_latency", "per ring step"),
               ("step_overhead", "per step")) if k in inputs]
     tiles = (f"; GEMM tiles {inputs['gemm_tile_m']:g} x {inputs['gemm_tile_n']:g} in waves of "
              f"{inputs['sms']:g} SMs" if {"gemm_tile_m", "gemm_tile_n", "sms"} <= set(inputs) else "")

@@ -150,7 +150,7 @@ def test_no_measured_all_reduce_beats_the_bound() -> None:
     # 2 us + 512 B / 450 GB/s = 2.0011 us
     assert min(ratios) == pytest.approx(2.619e-6 / (2e-6 + 512 / 450e9), rel=1e-9)
     # NVLink SHARP is what keeps 1 GiB on 8 H200s a bound: TensorRT-LLM measured 4003.1 us,
-    # under a ring's 2 us + 2 x 7/8 x 2^30 B / 450 GB/s = 4177.4 us; the switch's
+    # under a ring's 2 us + 2 x 7/8 x 2^30 B / 450 GB/s = 4177.7 us; the switch's
     # 2 us + 2^30 B / 450 GB/s = 2388.1 us is under it.
     assert _bound_call("h200_sxm", 8, 1 << 30) == pytest.approx(2e-6 + 2**30 / 450e9, rel=1e-12)
     assert 4003.059e-6 < 2e-6 + 1.75 * 2**30 / 450e9

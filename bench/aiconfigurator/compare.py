@@ -97,9 +97,6 @@ EXPLAINED = {
     "(README: TPOT)",
     ("qwen3_32b", "ttft, budget 2048"): "aiconfigurator's queueing factor, as in the "
     "quickstart (README: TTFT)",
-    ("qwen3_32b", "tpot, budget 8192"): "the ~320 prompt tokens riding each step at the "
-    f"profile's fitted eff_flops {EFF_FLOPS} against ~80% of peak in aiconfigurator's GEMM "
-    f"tables, and {KERNEL_US} per kernel (README: TPOT)",
 }
 
 

@@ -4,7 +4,7 @@
 
 bench/kernels/*.csv are extracts of aiconfigurator-core 0.12.0's perf database
 (TensorRT-LLM 1.3.0rc20 kernels on H100 and H200 SXM; each row names its parquet file
-and the package version). Three least-squares fits, each printed with its residuals:
+and the package version). Four fits, each printed with its residuals:
 - memory-bound GEMMs (bf16, M <= 128): latency = t0 + weight bytes / (eff x HBM bw), the
   source of `kernel_latency` (t0) and the memory efficiency of a weight read;
 - NCCL all-reduce at small messages (<= 64 KiB): latency = a + b x 2(n - 1), the source
@@ -26,7 +26,6 @@ import numpy as np
 HERE = Path(__file__).resolve().parent / "kernels"
 HBM = {"h100_sxm": 3.35e12, "h200_sxm": 4.8e12}
 PEAK_BF16 = 989e12
-FLOOR = 2e-6      # the shipped link_latency of the H100 and H200 SXM (specs/hardware/)
 
 
 def _rows(name: str) -> list[dict]:
@@ -73,18 +72,27 @@ def kv_read_fit() -> tuple[float, float, float]:
     return float(np.median(shares)), min(shares), max(shares)
 
 
+def shipped_floor(hw: str = "h200_sxm") -> float:
+    """The shipped hardware's per-call floor, `link_latency` (specs/hardware/)."""
+    from infest.compiler.load.hardware import compile_hardware
+    from infest.compiler.load.loader import load_program, shipped
+    (ast, file), = load_program(shipped("hardware")[hw]).hardware.values()
+    return float(compile_hardware(ast, file).fields["link_latency"].value)
+
+
 def main() -> None:
     """Print each fit."""
+    floor = shipped_floor()
     t0, eff, worst = gemm_fit()
     print(f"GEMM M<=128: kernel_latency {t0 * 1e6:.2f} us, weight-read efficiency {eff:.3f} "
           f"(worst residual {worst:.1%})")
     a, b, worst = allreduce_fit()
     print(f"NCCL all-reduce <=64 KiB: per call {a * 1e6:.2f} us + {b * 1e6:.2f} us x 2(n-1) "
-          f"(worst residual {worst:.1%}): coll_latency {(a - FLOOR) * 1e6:.2f} us above the "
-          f"{FLOOR * 1e6:g} us link_latency")
+          f"(worst residual {worst:.1%}): coll_latency {(a - floor) * 1e6:.2f} us above the "
+          f"{floor * 1e6:g} us link_latency")
     fastest = fastest_allreduce()
     print(f"fastest all-reduce of the tables: {fastest * 1e6:.3f} us (link_latency "
-          f"{FLOOR * 1e6:g} us must stay below it)")
+          f"{floor * 1e6:g} us must stay below it)")
     med, lo, hi = attention_fit()
     print(f"context attention >=4k tokens: eff_attn median {med:.3f} (range {lo:.3f}-{hi:.3f})")
     med, lo, hi = kv_read_fit()

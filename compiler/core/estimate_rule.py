@@ -22,8 +22,8 @@ streams at so many bytes per SM-cycle whatever the HBM behind it), launches are 
 op's kernels (0 for a collective: its latency is its launch), coll_latency is what an
 engine's collective call adds to the bound's per-call floor comm_latency_s (0 for other
 ops), and for a GEMM (linear, router) scale = `gemm_scale` (1 for other kinds): the GEMM's
-time on whole tiles in whole waves over its ideal. Its M = gemm_rows rows and N = gemm_cols columns pad up to whole
-tiles of gemm_tile_m x gemm_tile_n; its gemm_groups GEMMs (an expert GEMM: the touched
+time on whole tiles in whole waves over its ideal. Its M = gemm_rows rows and N =
+gemm_cols columns pad up to whole tiles of gemm_tile_m x gemm_tile_n; its gemm_groups GEMMs (an expert GEMM: the touched
 experts one GPU holds) make tiles = groups x ceil(M / tm) x ceil(N / tn) output tiles,
 one per SM at a time. Fewer tiles than SMs are split along K (split-K, as cuBLAS and
 CUTLASS do for skinny GEMMs) into split = max(1, floor(sms / tiles)) pieces each, so a

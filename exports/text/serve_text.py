@@ -25,8 +25,8 @@ MODEL = {
 }
 NOTE = ("estimate = each op by its kind (achievable shares eff_mem, eff_flops, eff_link, "
         "eff_attn, eff_kv of the datasheet; kernel, collective-call and ring-step latency; "
-        "GEMM tiles; the busiest expert rank) plus the engine's per-step overhead, and its per-request overhead in "
-        "TTFT (the engine profile's or the defaults: `infest list`); "
+        "GEMM tiles; the busiest expert rank) plus the engine's per-step overhead, and its "
+        "per-request overhead in TTFT (the engine profile's or the defaults: `infest list`); "
         "bound = roofline (datasheet peaks, kernels one after another): no "
         "kernel-by-kernel engine beats it under this scheduling model")
 

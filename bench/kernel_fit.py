@@ -74,10 +74,8 @@ def kv_read_fit() -> tuple[float, float, float]:
 
 def shipped_floor(hw: str = "h200_sxm") -> float:
     """The shipped hardware's per-call floor, `link_latency` (specs/hardware/)."""
-    from infest.compiler.load.hardware import compile_hardware
-    from infest.compiler.load.loader import load_program, shipped
-    (ast, file), = load_program(shipped("hardware")[hw]).hardware.values()
-    return float(compile_hardware(ast, file).fields["link_latency"].value)
+    from infest.compiler.api import load_hardware
+    return float(load_hardware(hw).fields["link_latency"].value)
 
 
 def main() -> None:

@@ -122,19 +122,19 @@ def test_at_batch_one_the_floor_is_the_roofline(llama) -> None:
 ALLREDUCE = ROOT / "bench" / "kernels" / "allreduce.csv"
 
 
-def _bound_call(hw: str, gpus: int, payload: int) -> float:
-    """The bound's seconds for one all-reduce inside a node of the shipped `hw`."""
+def _bound_call(hw: str, gpus: int, payload: int, **override: float) -> float:
+    """The bound's seconds for one all-reduce inside a node of the shipped `hw` (with
+    `override`s of its fields, as --set gives them)."""
     import sympy
 
+    from infest.compiler.api import load_hardware
     from infest.compiler.core.symbols import sym
-    from infest.compiler.load.hardware import compile_hardware
-    from infest.compiler.load.loader import load_program, shipped
     from infest.compiler.passes.collectives import Collective, Links, call_time
-    (ast, file), = load_program(shipped("hardware")[hw]).hardware.values()
-    fields = compile_hardware(ast, file).fields
+    values = {k: v.value for k, v in load_hardware(hw).fields.items()}
+    values.update({k: sympy.Rational(str(v)) for k, v in override.items()})
     t = call_time(Collective("all_reduce", sympy.Integer(gpus)), sympy.Integer(payload),
                   Links(net=False))
-    return float(t.subs({sym(k): sympy.Rational(str(v.value)) for k, v in fields.items()}))
+    return float(t.subs({sym(k): sympy.Rational(str(v)) for k, v in values.items()}))
 
 
 def test_no_measured_all_reduce_beats_the_bound() -> None:
@@ -150,7 +150,11 @@ def test_no_measured_all_reduce_beats_the_bound() -> None:
     # 2 us + 512 B / 450 GB/s = 2.0011 us
     assert min(ratios) == pytest.approx(2.619e-6 / (2e-6 + 512 / 450e9), rel=1e-9)
     # NVLink SHARP is what keeps 1 GiB on 8 H200s a bound: TensorRT-LLM measured 4003.1 us,
-    # under a ring's 2 us + 2 x 7/8 x 2^30 B / 450 GB/s = 4177.7 us; the switch's
-    # 2 us + 2^30 B / 450 GB/s = 2388.1 us is under it.
+    # under a ring's 2 us + 2 x 7/8 x 2^30 B / 450 GB/s = 4177.7 us (nvls = 0); the
+    # switch's 2 us + 2^30 B / 450 GB/s = 2388.1 us is under it.
+    gib = next(float(r["latency_us"]) * 1e-6 for r in rows if r["system"] == "h200_sxm"
+               and r["num_gpus"] == "8" and r["message_bytes"] == str(1 << 30))
+    ring = _bound_call("h200_sxm", 8, 1 << 30, nvls=0)
+    assert ring == pytest.approx(2e-6 + 1.75 * 2**30 / 450e9, rel=1e-12)
+    assert gib == pytest.approx(4003.059e-6) and gib < ring
     assert _bound_call("h200_sxm", 8, 1 << 30) == pytest.approx(2e-6 + 2**30 / 450e9, rel=1e-12)
-    assert 4003.059e-6 < 2e-6 + 1.75 * 2**30 / 450e9

@@ -106,6 +106,11 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
         assert (_value(wb, "chunks"), _value(wb, "points")) == (32, 16)
     if edits.get("concurrency") == 4096:   # 4,096 x 30,038 tokens x 131,072 bytes >> 80 GB
         assert _value(wb, "fits") is False and _value(wb, "ok") is False
+        # (80 GB - 8.03e9 x 2 B) / (30,039 x 131,072 B) = 63.94 / 3.937 = 16.24: 16 run,
+        # the other 4,080 wait (memory admission: 4,096 / 16 = 256 clients a running one).
+        assert (_value(wb, "kv_cap"), _value(wb, "clients")) == (16, 16)
+        assert _value(wb, "admission_share") == 256
+        assert got["admission"]["admitted_per_scheduler"] == 16
     if edits.get("chunk") == 512:    # the budget binds: (64 x 3049 / 512 - 49) steps
         assert _value(wb, "ttft_steps") == pytest.approx(64 * 3049 / 512 - 49, rel=1e-12)
 

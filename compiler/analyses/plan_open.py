@@ -3,7 +3,7 @@
 Each replica of a layout gets R / replicas, split over its schedulers (dp data-parallel
 ranks x pp micro-batches), and is served exactly as `serve --rps` serves it
 (compiler/analyses/openloop.py: the Little's-law fixed point on the continuous-batching
-model, the running cap at the KV capacity for ISL + OSL, the budget's M/D/1 wait; past
+model, the running cap at the KV capacity for ISL + OSL - 1, the budget's M/D/1 wait; past
 utilisation 1 saturated). The replica counts tried for a layout are those that put it at
 each utilisation of UTILISATIONS, ceil(R / (u x its most requests/s)): the answer is the
 fewest of them meeting the limits, so it can be one step of that list above the least

@@ -26,6 +26,16 @@ estimate the waits of an arrival at a busy rank (the step in progress, the other
 clients' prompts ahead of it: compiler/analyses/arrivals.py, `queueing` in JSON); TPOT =
 the mean step a request decodes through, the steps carrying prompt chunks included.
 
+Memory admission (continuous batching): an engine runs no more requests than its KV
+cache holds. A rank admits at most the KV capacity at ISL + OSL - 1 tokens (memory.max_batch / dp
+at the last decode step, N = ISL + OSL - 2 and T = 1: every admitted request can grow to
+its end without evicting another, as `serve --rps` caps it), shared by its pp micro-batches; the other clients
+wait for a running request to leave. With a of a scheduler's c clients admitted, the
+loop runs at a and, by Little's law over all c, each request waits (c / a - 1) x E2E(a)
+before it starts: TTFT = TTFT(a) + (c / a - 1) x (TTFT(a) + (OSL - 1) x TPOT(a)), TPOT =
+TPOT(a), and the replica completes a x dp / E2E(a) requests per second (`admission` in
+JSON). Weights that leave no room for one request admit one (fits is false).
+
 Throughput, either way: a closed loop of C requests each taking E2E completes C / E2E
 requests per second (Little's law) and C x OSL / E2E output tokens.
 """
@@ -150,6 +160,27 @@ def decode_contexts(isl: int, osl: int) -> np.ndarray:
     return (isl + (2 * k + 1) * steps // (2 * CONTEXT_POINTS)).astype(float)
 
 
+def memory_cap(runner: "Runner", isl: int, osl: int, dp: float, overrides: Mapping[str, Any]
+               ) -> tuple[int, dict[str, Any]]:
+    """(requests one data-parallel rank's KV cache holds at ISL + OSL - 1 tokens, at
+    most 2^31; the last decode step's values at B = dp): the admission cap (module doc)."""
+    last = evaluate(runner, overrides, {"B": dp, "N": float(isl + osl - 2), "T": 1.0})
+    kv = float(last["memory.max_batch"]) / dp
+    return (int(min(kv, 2**31)) if math.isfinite(kv) else 2**31), last
+
+
+def admitted(clients: int, cap_per_rank: int, pp: float) -> int:
+    """A scheduler's running requests: its clients, at most its micro-batch's share of the
+    rank's KV cap (floor(cap / pp)), at least 1."""
+    return max(1, min(clients, int(cap_per_rank // pp)))
+
+
+def memory_queued(ttft: float, tpot: float, share: float, osl: int) -> float:
+    """TTFT when `share` = clients / admitted >= 1: each request first waits (share - 1)
+    x E2E of the admitted loop (Little's law over every client; module doc)."""
+    return ttft + (share - 1) * (ttft + (osl - 1) * tpot)
+
+
 def busiest_batch(concurrency: Any, dp: Any) -> Any:
     """The global batch the step forms take for C requests over dp data-parallel ranks:
     the busiest rank's share, ceil(C / dp), times dp (so B / dp is a whole number)."""
@@ -244,39 +275,66 @@ def _info(values: Mapping[str, Any]) -> dict[str, Any]:
 def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
                 draft: Draft | None):
     """((TTFT, bound), (TPOT, bound), info) under continuous batching, with a draft
-    speculating inside the batch (compiler/analyses/continuous.py)."""
+    speculating inside the batch (compiler/analyses/continuous.py), the clients beyond
+    what the KV cache admits waiting (memory admission, module doc)."""
     dp = data_parallel(engine.decode, overrides)
     rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
     info = _info(evaluate(engine.decode, overrides,
                           {"B": rank * dp, "N": float(r.isl + r.osl - 2)}))
     # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
-    c = int(clients_per_scheduler(rank, layout_degree(engine.decode, overrides, "pp")))
+    pp = layout_degree(engine.decode, overrides, "pp")
+    clients = int(clients_per_scheduler(rank, pp))
+    cap = memory_cap(engine.decode, r.isl, r.osl, dp, overrides)[0]
+    c = admitted(clients, cap, pp)
     budget = Budget(r.isl, r.osl, r.chunk)
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
         sched, out, queue = plain
-        extra = {}
-        if r.prompts is not None:
-            out, extra["startup"] = _started(engine, budget, c, dp, overrides, out, r)
-        return (*_pair(engine, out), {**info, "schedule": schedule_summary(sched),
-                                      "queueing": queue, **extra})
+        extra = _admission(clients, c, cap, out, r.osl)
+        waited = _waited(out, clients / c, r.osl)
+        if r.prompts is not None:      # the first wave: the clients admitted at once
+            first = min(r.concurrency, c * pp * dp)
+            waited, extra["startup"] = _started(engine, budget, c, dp, overrides, waited, r, first)
+        return (*_pair(engine, waited),
+                {**info, "schedule": schedule_summary(sched), "queueing": queue, **extra})
     spec, tpr, fits = _draft_run(engine, draft, budget, c, dp, overrides, rank * dp)
     sched, out, queue = spec
-    ttft, tpot = _pair(engine, out)
+    ttft, tpot = _pair(engine, _waited(out, clients / c, r.osl))
     round_s = tpot[0] * tpr                    # a mean round: the steps per token x tokens
     base = plain[1][engine.key][1]
     notes = {**draft_notes(draft), "tokens_per_round": tpr, "round_s": round_s,
              "plain_tpot_s": base, "breakeven_acceptance": breakeven(draft.length, round_s / base)}
     return ttft, tpot, {**info, "fits": info["fits"] and fits, "speculative": notes,
-                        "schedule": schedule_summary(sched), "queueing": queue}
+                        "schedule": schedule_summary(sched), "queueing": queue,
+                        **_admission(clients, c, cap, out, r.osl)}
+
+
+def _waited(out: Mapping[str, tuple[float, float]], share: float, osl: int
+            ) -> dict[str, tuple[float, float]]:
+    """{key: (TTFT with the memory wait, TPOT)} for `share` = clients / admitted."""
+    return {k: (memory_queued(t, p, share, osl), p) for k, (t, p) in out.items()}
+
+
+def _admission(clients: int, c: int, cap: int, out: Mapping[str, tuple[float, float]],
+               osl: int) -> dict[str, Any]:
+    """The `admission` JSON key where the KV cache admits fewer than the clients (else
+    nothing): clients and admitted per scheduler, the rank's cap, each key's wait."""
+    if c >= clients:
+        return {}
+    wait = {k: memory_queued(t, p, clients / c, osl) - t for k, (t, p) in out.items()}
+    return {"admission": {"clients_per_scheduler": clients, "admitted_per_scheduler": c,
+                          "kv_cap_per_rank": cap, "wait_s": wait["estimate_s"],
+                          "bound_wait_s": wait["roofline_s"]}}
 
 
 def _started(engine: Serving, budget: Budget, c: int, dp: float, overrides: Mapping[str, Any],
-             out: Mapping[str, tuple[float, float]], r: Request):
+             out: Mapping[str, tuple[float, float]], r: Request, first: float):
     """TTFT as a benchmark of r.prompts prompts from a synchronised start reports it
-    (compiler/analyses/startup.py), and what it took (the `startup` JSON key)."""
+    (compiler/analyses/startup.py), its `first` prompts the start-up wave (the clients
+    the KV cache admits at once; the rest wait as in the steady state), and what it took
+    (the `startup` JSON key)."""
     base = {i.name: float(i.value) for i in engine.decode.inputs(overrides, checked=False)}
-    share = r.concurrency / r.prompts
+    share = first / r.prompts
     wave = {k: wave_ttft(engine.decode, base, c, dp, budget, k) for k in KEYS}
     got = {k: (float(reported(out[k][0], wave[k], share)), out[k][1]) for k in KEYS}
     return got, {"prompts": r.prompts, "share": share, "steady_ttft_s": out[engine.key][0],

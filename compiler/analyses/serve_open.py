@@ -4,8 +4,7 @@ model of one spec, hardware and layout, and `--simulate`, the request-level simu
 
 Arrivals at R per replica split evenly over its schedulers: dp data-parallel ranks, each
 keeping pp micro-batches in flight (R / (dp x pp) each); the running cap per rank is
---max-concurrency / dp, else the KV capacity at ISL + OSL (memory.max_batch / dp at a
-context of ISL + OSL), shared by its pp micro-batches. Throughputs count what is served: R
+--max-concurrency / dp, else the KV capacity at ISL + OSL - 1 (serve.py `memory_cap`), shared by its pp micro-batches. Throughputs count what is served: R
 requests/s and R x OSL output tokens/s when not saturated; saturated, every time is null
 and tokens/s is the most the replica completes (the closed loop at the cap).
 """
@@ -22,9 +21,8 @@ from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, latenci
 from infest.compiler.analyses.openloop import Closed, solve
 from infest.compiler.analyses.serve import (METRIC_KEYS, PERCENTILE_KEYS, Request, Serving,
                                             check_context, check_request, data_parallel,
-                                            layout_degree, schedule_summary)
+                                            layout_degree, memory_cap, schedule_summary)
 from infest.compiler.analyses.simulate import DEFAULT_REQUESTS, DEFAULT_SEED, DEFAULT_WARMUP, Load
-from infest.compiler.backend.runner import evaluate
 from infest.dsl.errors import fail
 
 MAX_RATE = 1e9           # --rps per replica: a typo like 1e15 fails before any work
@@ -81,11 +79,10 @@ def closed_model(engine: Serving, budget: Budget, dec: Decoding, dp: float,
 def rank_cap(engine: Serving, r: Request, load: OpenLoad, dp: float,
              overrides: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
     """(running requests one rank admits, the last decode step's values)."""
-    last = evaluate(engine.decode, overrides, {"B": dp, "N": float(r.isl + r.osl - 1), "T": 1.0})
+    kv, last = memory_cap(engine.decode, r.isl, r.osl, dp, overrides)
     if load.max_concurrency is not None:
         return max(1, math.floor(load.max_concurrency / dp)), last
-    kv = float(last["memory.max_batch"]) / dp
-    return int(min(kv, 2**31)) if math.isfinite(kv) else 2**31, last
+    return kv, last
 
 
 def serve_open(engine: Serving, r: Request, load: OpenLoad, overrides: Mapping[str, Any]
@@ -107,7 +104,7 @@ def serve_open(engine: Serving, r: Request, load: OpenLoad, overrides: Mapping[s
         raise fail(None, f"--max-concurrency {load.max_concurrency}: less than one request "
                    f"per scheduler (dp x pp = {dp * pp:g})")
     if cap < 1:
-        raise fail(None, "the weights leave no room for one request's KV cache at ISL + OSL",
+        raise fail(None, "the weights leave no room for one request's KV cache at ISL + OSL - 1",
                    "more GPUs (--set tp=..), or shorter requests")
     models = closed_model(engine, budget, dec, dp, overrides)
     info = {"gpus": int(last["parallel.gpus"]), "fits": bool(last["memory.fits"]),

@@ -3,7 +3,7 @@
 The engine of docs/serving.md, one data-parallel rank: requests arrive (Poisson at rate
 lambda, exponential gaps from a seeded generator), wait first come first served until the
 running requests (in prefill or decoding) are fewer than the cap (KV capacity at
-ISL + OSL, or --max-concurrency), then every step carries
+ISL + OSL - 1, or --max-concurrency), then every step carries
 
 - one decode step of each decoding request (t tokens each: 1, or draft_len + 1 when
   speculating), and
@@ -274,8 +274,8 @@ def run(grid: StepGrid, load: Load, requests: int = DEFAULT_REQUESTS,
 
 def simulate_closed(grid: StepGrid, load: Load, clients: int, requests: int = DEFAULT_REQUESTS,
                     warmup: int = DEFAULT_WARMUP, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """simulate's keys for a closed loop of `clients` (module docstring; load.cap should
-    admit them all; load.rate is not read)."""
+    """simulate's keys for a closed loop of `clients` (module docstring; load.cap running
+    at most, the rest waiting in the queue as they do at the cap; load.rate is not read)."""
     check_run(requests, warmup)
     if clients > MAX_CLIENTS:
         raise fail(None, f"the simulation's closed loop has {clients:,} clients per "

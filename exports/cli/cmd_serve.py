@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--rps", metavar="R", help="open loop: Poisson arrivals per replica, "
                       "per second (20 or 20/s)")
     p.add_argument("--max-concurrency", type=int, metavar="C", help="with --rps: running "
-                   "requests per replica (default: the KV capacity at ISL + OSL)")
+                   "requests per replica (default: the KV capacity at ISL + OSL - 1)")
     p.add_argument("--simulate", action="store_true", help="also run the request-level "
                    "simulation of the same scheduler (--rps: Poisson arrivals; --concurrency: "
                    "the closed loop, its clients sending at once)")

@@ -70,13 +70,24 @@ def serve_text(r: Mapping[str, Any]) -> str:
         lines.append(_schedule_line(r["schedule"]))
     if r.get("queueing"):
         lines.append(_queue_line(r["queueing"]))
+    if r.get("admission"):
+        lines.append(_admission_line(r["admission"]))
     if r.get("startup"):
         lines.append(_startup_line(r["startup"]))
     if "speculative" in r:
         lines.append(_speculative_line(r["speculative"]))
-    lines += [f"{'fits':{width}}  {'yes' if r['fits'] else 'NO (weights + KV > memory)'}", "",
+    lines += [f"{'fits':{width}}  {_fits(r)}", "",
               "TPOT = (E2E - TTFT) / (OSL - 1); tokens/s count output tokens", NOTE]
     return "\n".join(lines)
+
+
+def _fits(r: Mapping[str, Any]) -> str:
+    """fits: yes, or NO with what the engine then does (memory admission) where it says."""
+    if r["fits"]:
+        return "yes"
+    if r.get("admission"):
+        return "NO at the full concurrency (weights + KV > memory): the engine queues, above"
+    return "NO (weights + KV > memory)"
 
 
 def _queue_line(q: Mapping[str, Any]) -> str:
@@ -87,6 +98,16 @@ def _queue_line(q: Mapping[str, Any]) -> str:
     return (f"arrival waits in the estimate's TTFT: {look} {duration(q['residual_s'])}, "
             f"prompts ahead {duration(q['wait_s'])}, joining its step {duration(q['share_s'])} "
             f"(token budget utilisation {q['budget_utilisation']:.3f})")
+
+
+def _admission_line(a: Mapping[str, Any]) -> str:
+    """The clients the KV cache does not admit, and their wait (compiler/analyses/serve.py)."""
+    waiting = a["clients_per_scheduler"] - a["admitted_per_scheduler"]
+    return (f"memory admission: the KV cache holds {a['kv_cap_per_rank']:,} requests per "
+            f"rank at ISL + OSL - 1 tokens, so {a['admitted_per_scheduler']:,} of a scheduler's "
+            f"{a['clients_per_scheduler']:,} clients run and {waiting:,} wait for one to "
+            f"leave: {duration(a['wait_s'])} of the estimate's TTFT (bound "
+            f"{duration(a['bound_wait_s'])})")
 
 
 def _startup_line(s: Mapping[str, Any]) -> str:

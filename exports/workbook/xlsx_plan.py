@@ -174,8 +174,13 @@ def _schedule_rows() -> list[tuple]:
     """serve's schedule (continuous.py `schedule`) for c clients on the busiest rank, one
     named quantity a row; no speculation, so each decoder adds t = 1 token to a step."""
     return [
-        ("clients", "=-INT(-plan_concurrency/plan_dp)", "clients",
-         "clients on the busiest data-parallel rank, c", "ceil(C / dp)"),
+        ("all_clients", "=-INT(-plan_concurrency/plan_dp)", "clients",
+         "clients on the busiest data-parallel rank", "ceil(C / dp)"),
+        ("clients", "=MAX(1,MIN(plan_all_clients,INT(plan_kv_cap/plan_pp)))", "clients",
+         "of them running (what the KV cache admits), c", "max(1, min(ceil(C / dp), "
+         "floor(KV cap / pp)))"),
+        ("admission_share", "=plan_all_clients/plan_clients", "",
+         "clients per running request", ">= 1: the rest wait for one to leave"),
         ("steps", "=plan_osl-1", "steps", "decode steps per request, R", "OSL - 1"),
         ("mean_context", "=plan_isl+(plan_osl-2)/2", "tokens",
          "mean context a decode token attends to", "ISL + (OSL - 2) / 2"),
@@ -349,7 +354,7 @@ def _live(b: Builder, cell, expr: sympy.Basic, point: dict[str, str]) -> None:
 
 def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
     """(key, formula or cell writer, unit, label, note) of every output row, in order."""
-    last = {"B": "plan_clients*plan_dp", "N": "plan_last_context"}
+    last = {"B": "plan_all_clients*plan_dp", "N": "plan_last_context"}
     forms = decode.forms
     top, bottom = FIRST_ROW, FIRST_ROW + CHUNK_POINTS - 1
     w = f"${get_column_letter(TABLE_COL + 1)}${top}:${get_column_letter(TABLE_COL + 1)}${bottom}"
@@ -362,6 +367,7 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
         ("gpus", lambda c: _live(b, c, forms.parallel["gpus"], last), "GPUs",
          "GPUs of one replica (the layout)", "tp x pp x dp"),
         *fits,
+        _kv_cap_row(b, forms.memory["max_batch"]),
     ]
     for p, col in (("", TABLE_COL + 5), ("bound_", TABLE_COL + 6)):
         steps = f"${get_column_letter(col)}${top}:${get_column_letter(col)}${bottom}"
@@ -370,6 +376,19 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
         queue = _queue_rows(b.names[REQUEST_OVERHEAD], b.names[POLL_INTERVAL]) if not p else []
         rows += queue + _serve_rows(p)
     return rows + _demand_rows(b)
+
+
+def _kv_cap_row(b: Builder, max_batch: sympy.Expr) -> tuple:
+    """The requests one rank's KV cache holds at ISL + OSL - 1 (serve.py `memory_cap`): the
+    memory's max_batch at one sequence a rank over dp; 2^31 where no KV cache bounds it."""
+    point = {"B": "plan_dp", "N": "plan_last_context"}
+    if not max_batch.is_finite and max_batch.is_number:
+        how = f"={2**31}"
+    else:
+        def how(c) -> None:
+            _live(b, c, max_batch / sym("dp"), point)
+    return ("kv_cap", how, "requests", "requests one rank's KV cache holds at ISL + OSL - 1",
+            "max_batch / dp at the last decode step (memory admission)")
 
 
 def _queue_rows(request: str, poll: str) -> list[tuple]:
@@ -409,10 +428,15 @@ def _serve_rows(p: str) -> list[tuple]:
     """serve's METRIC_KEYS after gpus and fits, named plan_<p><key> (p: "" or "bound_"):
     the estimate's TTFT queued (_queue_rows), the bound's the bare schedule."""
     what = "bound: " if p else ""
+    run = [(p + "run_ttft_s", "=plan_bare_ttft_s+plan_residual_s+plan_wait_s+plan_share_s"
+            if not p else f"=plan_ttft_steps*plan_{p}mixed_s", "s", what + "TTFT once admitted",
+            "bare TTFT + residual + wait + share" if not p else "ttft_steps x mixed step"),
+           (p + "memory_wait_s", f"=(plan_admission_share-1)*(plan_{p}run_ttft_s+(plan_osl-1)"
+            f"*plan_{p}tpot_s)", "s", what + "wait for the KV cache to admit it",
+            "(clients / running - 1) x E2E once admitted (Little's law)")]
     rows = {
-        "ttft_s": ("=plan_bare_ttft_s+plan_residual_s+plan_wait_s+plan_share_s", "s", "TTFT",
-                   "bare TTFT + residual + wait + share") if not p else
-                  (f"=plan_ttft_steps*plan_{p}mixed_s", "s", "TTFT", "ttft_steps x mixed step"),
+        "ttft_s": (f"=plan_{p}run_ttft_s+plan_{p}memory_wait_s", "s", "TTFT",
+                   "TTFT once admitted + the wait for memory"),
         "tpot_s": (f"=(plan_mixed_steps*plan_{p}mixed_s+(plan_steps-plan_mixed_steps)"
                    f"*plan_{p}pure_s)/(plan_osl-1)", "s", "TPOT",
                    "(mixed steps x mixed + the rest x pure) / (OSL - 1)"),
@@ -428,7 +452,7 @@ def _serve_rows(p: str) -> list[tuple]:
                            "requests/s of one replica", "tokens/s / OSL"),
     }
     keys = [k for k in METRIC_KEYS if k not in ("gpus", "fits")]
-    return [(p + k, rows[k][0], rows[k][1], what + rows[k][2], rows[k][3]) for k in keys]
+    return run + [(p + k, rows[k][0], rows[k][1], what + rows[k][2], rows[k][3]) for k in keys]
 
 
 def _demand_rows(b: Builder) -> list[tuple]:

@@ -147,11 +147,17 @@ def test_bad_speculation_is_a_one_line_error(extra, message, capsys) -> None:
     assert message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("verb", ["serve", "plan"])
+DEMANDS = {"serve": ["--concurrency", "1"], "plan": ["--users", "1"],
+           "serve --rps": ["--rps", "0.01"], "plan --rps": ["--rps", "0.01"]}
+
+
+@pytest.mark.parametrize("verb", list(DEMANDS))
 def test_a_request_beyond_the_trained_context_is_refused(capsys, verb):
     # Llama 3.1 8B: trained_context = 131072. The last output token is produced from
     # ISL + OSL - 1 tokens: 130000 + 1073 - 1 = 131072 fits exactly, one more does not.
-    demand = ["--concurrency", "1"] if verb == "serve" else ["--users", "1"]
+    # (The KV cap of admission is taken there too, at the last decode step.)
+    demand = DEMANDS[verb]
+    verb = verb.split()[0]
     base = [verb, str(LLAMA8), "--hw", "h200_sxm", "--isl", "130000"] + demand
     assert main(base + ["--osl", "1073"]) == 0
     capsys.readouterr()

@@ -367,8 +367,10 @@ def test_compile_writes_a_plan_sheet_in_either_phase(tmp_path: Path, phase: str)
     # then the closed loop's arrival waits
     assert named_cell(wb, "plan_bare_ttft_s").value == \
         "=plan_ttft_steps*plan_mixed_s+base_request_overhead"
-    assert named_cell(wb, "plan_ttft_s").value == \
+    assert named_cell(wb, "plan_run_ttft_s").value == \
         "=plan_bare_ttft_s+plan_residual_s+plan_wait_s+plan_share_s"
+    # and the wait of clients the KV cache does not admit (memory admission)
+    assert named_cell(wb, "plan_ttft_s").value == "=plan_run_ttft_s+plan_memory_wait_s"
 
 
 # Every shipped spec on one GPU, without LibreOffice: no formula on any sheet (helper

@@ -27,7 +27,7 @@ Speculative decoding is not on this sheet (serve --draft).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import sympy
 from openpyxl.formatting.rule import FormulaRule
@@ -36,6 +36,7 @@ from openpyxl.worksheet.datavalidation import DataValidation
 
 from infest.compiler.analyses.continuous import CHUNK_POINTS, ESTIMATE_RULES, MIXED_RULES
 from infest.compiler.analyses.serve import DEFAULT_CHUNK, METRIC_KEYS
+from infest.compiler.core.functions import Min
 from infest.compiler.core.keys import PARALLEL, TRAINED_CONTEXT
 from infest.compiler.core.symbols import sym
 from infest.compiler.core.terms import TIME_TERMS
@@ -358,7 +359,8 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
     forms = decode.forms
     top, bottom = FIRST_ROW, FIRST_ROW + CHUNK_POINTS - 1
     w = f"${get_column_letter(TABLE_COL + 1)}${top}:${get_column_letter(TABLE_COL + 1)}${bottom}"
-    fits = plan_fits_rows(b, decode, _live, last) or [
+    summed = plan_fits_rows(b, decode, _live, last)
+    fits = summed or [
         ("fits", lambda c: _live(b, c, forms.memory["fits"], last), "",
          "fits in memory at the last decode step", "c x dp sequences at ISL + OSL - 2")]
     rows = [
@@ -367,7 +369,7 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
         ("gpus", lambda c: _live(b, c, forms.parallel["gpus"], last), "GPUs",
          "GPUs of one replica (the layout)", "tp x pp x dp"),
         *fits,
-        _kv_cap_row(b, forms.memory["max_batch"]),
+        *_kv_cap_rows(b, forms.memory, summed is not None),
     ]
     for p, col in (("", TABLE_COL + 5), ("bound_", TABLE_COL + 6)):
         steps = f"${get_column_letter(col)}${top}:${get_column_letter(col)}${bottom}"
@@ -378,17 +380,25 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
     return rows + _demand_rows(b)
 
 
-def _kv_cap_row(b: Builder, max_batch: sympy.Expr) -> tuple:
-    """The requests one rank's KV cache holds at ISL + OSL - 1 (serve.py `memory_cap`): the
-    memory's max_batch at one sequence a rank over dp; 2^31 where no KV cache bounds it."""
-    point = {"B": "plan_dp", "N": "plan_last_context"}
-    if not max_batch.is_finite and max_batch.is_number:
-        how = f"={2**31}"
-    else:
-        def how(c) -> None:
-            _live(b, c, max_batch / sym("dp"), point)
-    return ("kv_cap", how, "requests", "requests one rank's KV cache holds at ISL + OSL - 1",
-            "max_batch / dp at the last decode step (memory admission)")
+def _kv_cap_rows(b: Builder, memory: Mapping[str, sympy.Expr], summed: bool) -> list[tuple]:
+    """The requests one rank's KV cache holds at ISL + OSL - 1 (serve.py `memory_cap`,
+    max_batch / dp at the last decode step, at most 2^31): from the weights' named sum
+    and one request's KV where the fits rows have them (short formulas), else the memory
+    form's max_batch whole."""
+    point, most = {"B": "plan_dp", "N": "plan_last_context"}, 2**31
+    note = "max_batch / dp at the last decode step (memory admission)"
+    if not summed:
+        return [("kv_cap", lambda c: _live(b, c, Min(memory["max_batch"] / sym("dp"), most),
+                                            point), "requests", _CAP_LABEL, note)]
+    room = f"{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu"
+    return [("kv_bytes_per_request", lambda c: _live(b, c, memory["kv_bytes_per_gpu"], point),
+             "bytes", "one request's KV cache per GPU at its last decode step", "dp sequences / dp"),
+            ("kv_cap", f"=IF(plan_kv_bytes_per_request=0,{most},MIN({most},MAX(0,INT(({room})"
+                       f"/plan_kv_bytes_per_request))))", "requests", _CAP_LABEL,
+             "floor((capacity - weights) / KV a request), per GPU (memory admission)")]
+
+
+_CAP_LABEL = "requests one rank's KV cache holds at ISL + OSL - 1"
 
 
 def _queue_rows(request: str, poll: str) -> list[tuple]:

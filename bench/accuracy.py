@@ -50,7 +50,7 @@ HEADERS = ["server", "model", "GPU", "layout", "quantity", "B", "N", "measured m
            "bound/meas", "profile est/meas", "fitted/meas", "LOO/meas", "LOGO/meas"]
 FIT_COLUMNS = 3            # the last columns come from the fit (blank with --quick)
 PROFILE_FIELDS = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "eff_link", "kernel_latency",
-                  "step_overhead", "request_overhead", "sm_bytes_per_cycle")
+                  "coll_step_latency", "step_overhead", "request_overhead", "sm_bytes_per_cycle")
 # Written only for an engine the fit gave its own value (else the field's default holds).
 ENGINE_OWN = ("request_overhead", "sm_bytes_per_cycle")
 # Issue #23's targets (|error| of the row's quantity): (median, worst) or median alone.

@@ -200,10 +200,15 @@ NO_CLOCK = {"sms": 132, "clock": 0.0, "mem_bw": 3.35e12}
 
 
 def _synthetic(n: int, truth: dict[str, float],
-               hardware: dict[str, dict[str, float]] | None = None) -> list[cal.Prepared]:
-    """Rows of made-up terms whose measurement is the estimate at `truth`, on GPUs g1 and
-    g2 (`hardware`: their sms, clock and mem_bw)."""
+               hardware: dict[str, dict[str, float]] | None = None,
+               engines: dict[str, dict[str, float]] | None = None,
+               tp: int = 1) -> list[cal.Prepared]:
+    """Rows of made-up terms whose measurement is the estimate at `truth` (and each
+    engine's own values in `engines`), on GPUs g1 and g2 (`hardware`: their sms, clock
+    and mem_bw); at tp > 1 each row's last two ops are all-reduces over 2, 4 or tp GPUs
+    (by row, so their ring steps vary)."""
     hardware = hardware or {"g1": NO_CLOCK, "g2": NO_CLOCK}
+    engines = engines or {}
     rng = np.random.default_rng(7)
     rows = []
     for i in range(n):
@@ -215,13 +220,22 @@ def _synthetic(n: int, truth: dict[str, float],
         terms["kernels"] = rng.integers(1, 400, ops).astype(float)
         for k in ("gemm_rows", "gemm_cols", "gemm_groups", "gemm_load"):
             terms[k] = np.ones(ops)
-        kind = cal.Kind((np.arange(ops) < 2).astype(float), np.zeros(ops), np.zeros(ops))  # 2 attention ops
+        collective, group = np.zeros(ops), (2, 4, tp)[i % 3]
+        if tp > 1:      # two all-reduces: 2 us floor, 2(n - 1) ring steps, some payload
+            collective[3:] = 1.0
+            terms["comm_latency_s"] = 2e-6 * collective
+            terms["ring_steps"] = 2 * (group - 1) * collective
+            terms["t_comm_s"] = collective * rng.uniform(2e-6, 2e-5, ops)
+            for k in ("t_compute_s", "t_memory_s", "kernels"):   # small steps: latency shows
+                terms[k] = np.ceil(terms[k] / 100) if k == "kernels" else terms[k] / 100
+                terms[k] = terms[k] * (1 - collective)
+        kind = cal.Kind((np.arange(ops) < 2).astype(float), collective, np.zeros(ops))  # 2 attention ops
         inputs = {k: float(v) for k, v in cal.ESTIMATE_DEFAULTS.items()}
         inputs.update(eff_mem=0.8, eff_flops=0.7, eff_link=0.8, **hardware[gpu])
         row = cal.Row(Span("synthetic", i + 1, 1, i + 1, 2), "s", gpu, "decode", None, engine,
-                      {"B": 1, "N": 1, "T": 1, "tp": 1, "ep": 1, "pp": 1, "dp": 1}, 1.0)
+                      {"B": 1, "N": 1, "T": 1, "tp": tp, "ep": 1, "pp": 1, "dp": 1}, 1.0)
         p = cal.Prepared(row, np.ones(ops), terms, kind, 0.0, 0.0, inputs)
-        row_truth = dict(truth)
+        row_truth = {**truth, **engines.get(engine, {})}
         p.row = cal.Row(row.span, "s", gpu, "decode", None, engine, row.point,
                         float(p.estimate(row_truth)))
         rows.append(p)
@@ -241,6 +255,27 @@ def test_the_regularised_fit_recovers_known_parameters() -> None:
     # A GPU held out gets the shared values: its offset is 0.
     assert f.values("unseen", "e1")["eff_mem"] == pytest.approx(
         math.exp(math.log(f.shared["eff_mem"]) + f.engine["e1"]["eff_mem"]))
+
+
+def test_the_fit_recovers_each_engines_collective_step_latency() -> None:
+    # An engine's collectives pay their own latency per ring step: NCCL's ring ~0.86 us
+    # (the default), an engine's one-shot all-reduce inside a node far less, calls between
+    # nodes more. Rows over 2, 4 and 8 GPUs (2, 6 and 14 ring steps a call) of e1 at
+    # 0.3 us and e2 at 2 us: the fit finds both from how their rows grow with the steps.
+    truth = {"eff_mem": 0.75, "eff_flops": 0.6, "eff_attn": 0.45, "eff_kv": 0.65, "eff_link": 0.8,
+             "kernel_latency": 5e-6, "step_overhead": 2e-5, "request_overhead": 0.0}
+    own = {"e1": {"coll_step_latency": 3e-7}, "e2": {"coll_step_latency": 2e-6}}
+    rows = _synthetic(120, truth, engines=own, tp=8)
+    f = jf.fit_all(rows)
+    got = {e: f.values("g1", e)["coll_step_latency"] for e in own}
+    assert got["e2"] == pytest.approx(2e-6, rel=0.05)
+    # e1's steps are 1.2-8.4 us of a row's tens: the prior (0.86 us, sd 0.5 in ln) keeps
+    # it a little above its truth, most of the way down from the default.
+    assert 3e-7 < got["e1"] < 4.5e-7
+    assert max(abs(e) for e in jf.row_errors(rows, f)) < 0.02
+    # One-GPU rows have no collective: no engine offset for it, the default stays.
+    coords, _, _ = jf._layout(_synthetic(8, truth))
+    assert [c for c in coords if c[0] == "coll_step_latency"] == [("coll_step_latency", None, "shared")]
 
 
 def test_the_fit_recovers_a_per_sm_ceiling() -> None:

@@ -7,7 +7,10 @@ Each parameter p of a row on GPU g under engine e of family f is
 where `shared` holds the physics every row shares and the offsets hold what a GPU
 (eff_mem, eff_flops: its kernels against its datasheet) or an engine (eff_mem, eff_flops,
 eff_attn, eff_kv: its own kernels; kernel_latency, step_overhead, request_overhead; the
-per-SM ceiling sm_bytes_per_cycle where its rows can tell it from eff_mem, `_used`) adds.
+per-SM ceiling sm_bytes_per_cycle where its rows can tell it from eff_mem; its
+collectives' latency per ring step coll_step_latency, where its rows span GPUs: an
+engine's own one-shot all-reduce inside a node takes far less than NCCL's ring, its calls
+between nodes more; `_used`) adds.
 An engine profile that is a build or an era of another (its "family": vllm-rocm of vllm,
 sglang-0.4 of sglang) adds its own offset to its family's (engine_p[f], the same table;
 none when e is its own family), so a build measured on one GPU only is predicted
@@ -49,21 +52,22 @@ if TYPE_CHECKING:
     from infest.compiler.analyses.calibrate import Prepared
 
 # (default centre, sd of ln(value)); the centres are the documented defaults
-# (compiler/load/fields.py), except the two overheads
+# (compiler/load/fields.py; coll_step_latency: NCCL's measured 0.86 us a ring step, sd
+# 0.5 as the efficiencies'), except the two overheads
 # whose default is 0 (off): their centres are assumptions, "tens of us to
 # milliseconds" per step and 10 ms per request, with a wide sd (a factor e^2 ~ 7.4).
 PRIOR = {"eff_mem": (0.8, 0.5), "eff_flops": (0.7, 0.5), "eff_attn": (0.48, 0.5),
          "eff_kv": (0.87, 0.5), "eff_link": (0.8, 0.5), "kernel_latency": (4.3e-6, 1.0),
          "step_overhead": (1e-4, 2.0), "request_overhead": (1e-2, 2.0),
-         "sm_bytes_per_cycle": (32.0, 2.0)}
+         "sm_bytes_per_cycle": (32.0, 2.0), "coll_step_latency": (8.6e-7, 0.5)}
 BOUNDS = {"eff_mem": (0.05, 1.0), "eff_flops": (0.05, 1.0), "eff_attn": (0.05, 1.0),
           "eff_kv": (0.05, 1.0), "eff_link": (0.05, 1.0), "kernel_latency": (1e-8, 1e-3),
           "step_overhead": (1e-7, 1.0), "request_overhead": (1e-7, 10.0),
-          "sm_bytes_per_cycle": (0.5, 1e3)}
+          "sm_bytes_per_cycle": (0.5, 1e3), "coll_step_latency": (1e-9, 1e-4)}
 SHARES = tuple(k for k in PRIOR if k in RATIOS)     # capped at 1
 PER_GPU = ("eff_mem", "eff_flops")
 PER_ENGINE = ("eff_mem", "eff_flops", "eff_attn", "eff_kv", "kernel_latency", "step_overhead",
-              "request_overhead", "sm_bytes_per_cycle")
+              "request_overhead", "sm_bytes_per_cycle", "coll_step_latency")
 # Parameters no two engines share: their shared value stays at the prior's centre (not
 # fitted) and each engine's offset carries all of its value, so one engine's per-request
 # costs (SGLang's ~0.3 s TTFT on DeepSeek) never move another's.
@@ -90,7 +94,7 @@ GPU_SD = {"eff_mem": 0.3, "eff_flops": 0.3}
 CEILING_SPAN = math.exp(2 * GPU_SD["eff_mem"])
 ENGINE_SD = {"eff_mem": 0.3, "eff_flops": 0.3, "eff_attn": 0.5, "eff_kv": 0.5,
              "kernel_latency": 2.0, "step_overhead": 2.0, "request_overhead": 2.0,
-             "sm_bytes_per_cycle": 2.0}
+             "sm_bytes_per_cycle": 2.0, "coll_step_latency": 1.0}
 # The spread of a measurement's ln(time) about the model (sd): public figures converted to
 # step times (rounding, averaging over contexts, batch assumptions) carry ~10%. Data
 # residuals are divided by it, so the priors weigh as a Gaussian prior against this noise.
@@ -142,7 +146,7 @@ def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], 
 
 def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
     """request_overhead only moves TTFT rows: no offset for an engine (or a family)
-    without one. The per-SM ceiling is told apart from eff_mem only by one engine's rows
+    without one; coll_step_latency only rows on more than one GPU (tp, ep or pp). The per-SM ceiling is told apart from eff_mem only by one engine's rows
     on GPUs whose SM cycles per HBM byte (sms x clock / mem_bw) differ by more than
     CEILING_SPAN: otherwise the GPUs' own eff_mem offsets explain the same rows, and the
     ceiling would be a second eff_mem free of eff_mem's prior. No offset then."""
@@ -150,6 +154,8 @@ def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
     own = [p for p in rows if engine in engine_groups(engine_of(p))]
     if name == "request_overhead":
         return any(quantity(p.row) == "ttft_s" for p in own)
+    if name == "coll_step_latency":     # no collective on one GPU: nothing to tell
+        return any(max(p.row.point.get(k, 1) for k in ("tp", "ep", "pp")) > 1 for p in own)
     if name in CEILINGS:
         ratios = [p.inputs["sms"] * p.inputs["clock"] / p.inputs["mem_bw"]
                   for p in _clocked(rows, engine)]

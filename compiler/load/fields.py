@@ -151,7 +151,8 @@ FIELD_TABLE = (
           "latency of each ring step of a collective (all-reduce: 2(n-1) steps)",
           Fraction(86, 100_000_000), "aiconfigurator 0.12.0 NCCL all-reduce <= 64 KiB on "
           "H100/H200 at 2, 4, 8 GPUs: 5.0 us + 0.86 us x 2(n-1), worst residual 16% "
-          "(bench/kernel_fit.py)", zero=True, catalogue=False),
+          "(bench/kernel_fit.py); engine profiles carry their own, fitted to their rows",
+          zero=True, catalogue=False),
     Field("gemm_tile_m", COUNT, "estimate",
           "GEMM tile rows: M rows pad up to a whole number of tiles (decode's M = batch)",
           Fraction(64), "Hopper wgmma: 64 rows per warpgroup MMA, the smallest tile CUTLASS "

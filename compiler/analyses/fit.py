@@ -146,7 +146,8 @@ def _layout(rows: list["Prepared"]) -> tuple[list[tuple[str, str | None, str]], 
 
 def _used(rows: list["Prepared"], engine: str, name: str) -> bool:
     """request_overhead only moves TTFT rows: no offset for an engine (or a family)
-    without one; coll_step_latency only rows on more than one GPU (tp, ep or pp). The per-SM ceiling is told apart from eff_mem only by one engine's rows
+    without one; coll_step_latency only rows on more than one GPU (tp, ep or pp). The
+    per-SM ceiling is told apart from eff_mem only by one engine's rows
     on GPUs whose SM cycles per HBM byte (sms x clock / mem_bw) differ by more than
     CEILING_SPAN: otherwise the GPUs' own eff_mem offsets explain the same rows, and the
     ceiling would be a second eff_mem free of eff_mem's prior. No offset then."""

@@ -4,8 +4,8 @@ Per data-parallel rank, requests arrive at lambda = R / dp (Poisson). By Little'
 mean number in the system is C = lambda x E2E, and a Poisson arrival finds C others there
 (PASTA: Poisson arrivals see time averages). So an arriving request runs in the closed-loop
 schedule of compiler/analyses/continuous.py at c' = 1 + C clients (itself and the others),
-capped by the running limit (KV capacity at ISL + OSL - 1, or --max-concurrency): C solves the
-fixed point C = lambda x E2E(1 + C), by bisection. TPOT is the closed loop's at c'.
+capped by the running limit (KV capacity at ISL + OSL - 1, or --max-concurrency): C
+solves the fixed point C = lambda x E2E(1 + C), by bisection. TPOT is the closed loop's at c'.
 
 TTFT adds to the closed loop's (the prompt's own chunk steps, t_m each) the three terms
 of compiler/analyses/arrivals.py at the Poisson rate: the step in progress (residual), the

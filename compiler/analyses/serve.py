@@ -27,10 +27,11 @@ clients' prompts ahead of it: compiler/analyses/arrivals.py, `queueing` in JSON)
 the mean step a request decodes through, the steps carrying prompt chunks included.
 
 Memory admission (continuous batching): an engine runs no more requests than its KV
-cache holds. A rank admits at most the KV capacity at ISL + OSL - 1 tokens (memory.max_batch / dp
-at the last decode step, N = ISL + OSL - 2 and T = 1: every admitted request can grow to
-its end without evicting another, as `serve --rps` caps it), shared by its pp micro-batches; the other clients
-wait for a running request to leave. With a of a scheduler's c clients admitted, the
+cache holds. A rank admits at most the KV capacity at ISL + OSL - 1 tokens
+(memory.max_batch / dp at the last decode step, N = ISL + OSL - 2 and T = 1: every
+admitted request can grow to its end without evicting another, as `serve --rps` caps
+it), shared by its pp micro-batches; the other clients wait for a running request to
+leave. With a of a scheduler's c clients admitted, the
 loop runs at a and, by Little's law over all c, each request waits (c / a - 1) x E2E(a)
 before it starts: TTFT = TTFT(a) + (c / a - 1) x (TTFT(a) + (OSL - 1) x TPOT(a)), TPOT =
 TPOT(a), and the replica completes a x dp / E2E(a) requests per second (`admission` in

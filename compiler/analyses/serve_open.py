@@ -4,9 +4,10 @@ model of one spec, hardware and layout, and `--simulate`, the request-level simu
 
 Arrivals at R per replica split evenly over its schedulers: dp data-parallel ranks, each
 keeping pp micro-batches in flight (R / (dp x pp) each); the running cap per rank is
---max-concurrency / dp, else the KV capacity at ISL + OSL - 1 (serve.py `memory_cap`), shared by its pp micro-batches. Throughputs count what is served: R
-requests/s and R x OSL output tokens/s when not saturated; saturated, every time is null
-and tokens/s is the most the replica completes (the closed loop at the cap).
+--max-concurrency / dp, else the KV capacity at ISL + OSL - 1 (serve.py `memory_cap`),
+shared by its pp micro-batches. Throughputs count what is served: R requests/s and R x
+OSL output tokens/s when not saturated; saturated, every time is null and tokens/s is the
+most the replica completes (the closed loop at the cap).
 """
 from __future__ import annotations
 

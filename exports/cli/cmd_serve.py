@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=int, metavar="C",
                       help="clients per replica, closed loop: each sends its next request "
-                           "the moment one ends (static: the batch)")
+                           "the moment one ends; those beyond what the KV cache holds at "
+                           "ISL + OSL - 1 wait (static: the batch)")
     load.add_argument("--rps", metavar="R", help="open loop: Poisson arrivals per replica, "
                       "per second (20 or 20/s)")
     p.add_argument("--max-concurrency", type=int, metavar="C", help="with --rps: running "

@@ -392,7 +392,8 @@ def _kv_cap_rows(b: Builder, memory: Mapping[str, sympy.Expr], summed: bool) -> 
                                             point), "requests", _CAP_LABEL, note)]
     room = f"{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu"
     return [("kv_bytes_per_request", lambda c: _live(b, c, memory["kv_bytes_per_gpu"], point),
-             "bytes", "one request's KV cache per GPU at its last decode step", "dp sequences / dp"),
+             "bytes", "one request's KV cache per GPU at its last decode step",
+             "dp sequences / dp"),
             ("kv_cap", f"=IF(plan_kv_bytes_per_request=0,{most},MIN({most},MAX(0,INT(({room})"
                        f"/plan_kv_bytes_per_request))))", "requests", _CAP_LABEL,
              "floor((capacity - weights) / KV a request), per GPU (memory admission)")]

@@ -166,8 +166,14 @@ def memory_cap(runner: "Runner", isl: int, osl: int, dp: float, overrides: Mappi
     """(requests one data-parallel rank's KV cache holds at ISL + OSL - 1 tokens, at
     most 2^31; the last decode step's values at B = dp): the admission cap (module doc)."""
     last = evaluate(runner, overrides, {"B": dp, "N": float(isl + osl - 2), "T": 1.0})
+    return kv_cap(last, dp), last
+
+
+def kv_cap(last: Mapping[str, Any], dp: float) -> int:
+    """memory.max_batch / dp of the last decode step's values (any B: max_batch does not
+    depend on it), at most 2^31 (no KV cache: unbounded)."""
     kv = float(last["memory.max_batch"]) / dp
-    return (int(min(kv, 2**31)) if math.isfinite(kv) else 2**31), last
+    return int(min(kv, 2**31)) if math.isfinite(kv) else 2**31
 
 
 def admitted(clients: int, cap_per_rank: int, pp: float) -> int:
@@ -280,12 +286,11 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     what the KV cache admits waiting (memory admission, module doc)."""
     dp = data_parallel(engine.decode, overrides)
     rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
-    info = _info(evaluate(engine.decode, overrides,
-                          {"B": rank * dp, "N": float(r.isl + r.osl - 2)}))
+    last = evaluate(engine.decode, overrides, {"B": rank * dp, "N": float(r.isl + r.osl - 2)})
+    info, cap = _info(last), kv_cap(last, dp)
     # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
     pp = layout_degree(engine.decode, overrides, "pp")
     clients = int(clients_per_scheduler(rank, pp))
-    cap = memory_cap(engine.decode, r.isl, r.osl, dp, overrides)[0]
     c = admitted(clients, cap, pp)
     budget = Budget(r.isl, r.osl, r.chunk)
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)

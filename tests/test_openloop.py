@@ -214,7 +214,6 @@ def test_saturated_gives_null_times_and_exit_0(capsys) -> None:
     (["--rps", "2", "--seed", "3"], "--seed needs --simulate"),
     (["--concurrency", "2", "--requests", "50"], "--requests needs --simulate"),
     (["--rps", "2", "--simulate", "--length-spread", "1"], "--length-spread 1.0"),
-    (["--concurrency", "2", "--max-concurrency", "4"], "--max-concurrency needs --rps"),
     (["--rps", "2", "--batching", "static"], "continuous-batching"),
     (["--rps", "0"], "--rps 0"),
     (["--rps", "2", "--max-concurrency", "0"], "--max-concurrency 0"),

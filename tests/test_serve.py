@@ -198,7 +198,8 @@ def test_clients_beyond_the_kv_cache_wait_by_littles_law(h100: Serving) -> None:
     full = serve(h100, Request(16000, 4000, 96), {})
     held = serve(h100, Request(16000, 4000, 24), {})     # the 24 admitted alone
     a = full["admission"]
-    assert (a["clients_per_scheduler"], a["admitted_per_scheduler"], a["kv_cap_per_rank"]) == (96, 24, 24)
+    assert (a["clients_per_scheduler"], a["admitted_per_scheduler"], a["cap_per_rank"]) == (96, 24, 24)
+    assert a["max_concurrency"] is None     # the KV cache's cap
     assert not full["fits"] and held["fits"]
     for got, run in ((full, held), (full["bound"], held["bound"])):
         # The loop runs at 24; each request first waits (96 / 24 - 1) = 3 E2Es of it.
@@ -220,5 +221,37 @@ def test_the_simulation_queues_the_same_clients(capsys) -> None:
     assert r["simulated"]["ttft_s"] == pytest.approx(r["ttft_s"], rel=0.02)
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "the KV cache holds 24 requests per rank at ISL + OSL - 1 tokens, so 24 of a scheduler's 96" in text
+    assert "admission: the KV cache holds 24 requests per rank at ISL + OSL - 1 tokens, so 24 of " \
+        "a scheduler's 96 clients run and 72 wait" in text
     assert "NO at the full concurrency" in text
+
+
+def test_an_engines_own_running_limit_admits_fewer(h100: Serving, capsys) -> None:
+    # --max-concurrency 6 (vLLM's max_num_seqs) below the KV cache's 24: 6 of 24 run, and
+    # each request first waits (24 / 6 - 1) = 3 E2Es of the 6-client loop.
+    capped = serve(h100, Request(16000, 4000, 24, max_concurrency=6), {})
+    run = serve(h100, Request(16000, 4000, 6), {})
+    a = capped["admission"]
+    assert (a["admitted_per_scheduler"], a["cap_per_rank"], a["max_concurrency"]) == (6, 6, 6)
+    assert capped["fits"]                  # all 24 fit the KV cache; the engine runs 6
+    assert capped["tpot_s"] == run["tpot_s"]
+    assert capped["ttft_s"] == pytest.approx(run["ttft_s"] + 3 * run["e2e_s"], rel=1e-12)
+    assert main(ADMISSION + ["--concurrency", "24", "--max-concurrency", "6", "--simulate",
+                             "--requests", "300", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["simulated"]["admitted_per_scheduler"] == 6
+    assert r["simulated"]["ttft_s"] == pytest.approx(r["ttft_s"], rel=0.02)
+    assert main(ADMISSION + ["--concurrency", "24", "--max-concurrency", "6"]) == 0
+    assert "admission: --max-concurrency 6 runs 6 per rank, so 6 of a scheduler's 24" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--max-concurrency", "0"], "--max-concurrency 0: must be a whole number at least 1"),
+    (["--max-concurrency", "4", "--batching", "static"],
+     "--max-concurrency caps a continuous-batching engine's running requests"),
+])
+def test_bad_max_concurrency_in_the_closed_loop(extra, message, capsys) -> None:
+    assert main(ADMISSION + ["--concurrency", "8"] + extra) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

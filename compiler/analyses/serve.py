@@ -27,7 +27,9 @@ clients' prompts ahead of it: compiler/analyses/arrivals.py, `queueing` in JSON)
 the mean step a request decodes through, the steps carrying prompt chunks included.
 
 Memory admission (continuous batching): an engine runs no more requests than its KV
-cache holds. A rank admits at most the KV capacity at ISL + OSL - 1 tokens
+cache holds, or than its own limit (--max-concurrency / dp where given: vLLM's
+max_num_seqs, SGLang's --max-running-requests). A rank admits at most the KV capacity at
+ISL + OSL - 1 tokens
 (memory.max_batch / dp at the last decode step, N = ISL + OSL - 2 and T = 1: every
 admitted request can grow to its end without evicting another, as `serve --rps` caps
 it), shared by its pp micro-batches; the other clients wait for a running request to
@@ -90,6 +92,7 @@ class Request:
     batching: str = DEFAULT_BATCHING
     chunk: int = DEFAULT_CHUNK
     prompts: int | None = None   # a benchmark's prompts in all: TTFT its mean (startup.py)
+    max_concurrency: int | None = None   # running requests per replica (else the KV cap)
 
 
 @dataclass
@@ -123,11 +126,22 @@ def check_request(r: Request) -> None:
     _count("--chunk", r.chunk, 1, MAX_TOKENS, "MAX_TOKENS")
     if r.batching not in BATCHING:
         raise fail(None, f"--batching {r.batching!r}: use static or continuous")
+    if r.max_concurrency is not None:
+        check_max_concurrency(r.max_concurrency)
+        if r.batching != "continuous":
+            raise fail(None, "--max-concurrency caps a continuous-batching engine's running "
+                       "requests", "drop --batching static (its batch is --concurrency)")
     if r.prompts is not None:
         if r.concurrency is None or r.batching != "continuous":
             raise fail(None, "--prompts is a closed loop's benchmark under continuous batching",
                        "use it with --concurrency and without --batching static")
         check_prompts(r.prompts, r.concurrency)
+
+
+def check_max_concurrency(mc: Any) -> None:
+    """--max-concurrency: a whole number of requests, at least 1."""
+    if isinstance(mc, bool) or not isinstance(mc, int) or mc < 1:
+        raise fail(None, f"--max-concurrency {mc!r}: must be a whole number at least 1")
 
 
 def check_context(runner: "Runner", isl: int, osl: int, overrides: Mapping[str, Any]) -> None:
@@ -174,6 +188,12 @@ def kv_cap(last: Mapping[str, Any], dp: float) -> int:
     depend on it), at most 2^31 (no KV cache: unbounded)."""
     kv = float(last["memory.max_batch"]) / dp
     return int(min(kv, 2**31)) if math.isfinite(kv) else 2**31
+
+
+def running_cap(kv: int, max_concurrency: int | None, dp: float) -> int:
+    """Requests one rank runs at most: --max-concurrency / dp where given (the engine's
+    own limit: vLLM's max_num_seqs, SGLang's --max-running-requests), else its KV cap."""
+    return kv if max_concurrency is None else max(1, math.floor(max_concurrency / dp))
 
 
 def admitted(clients: int, cap_per_rank: int, pp: float) -> int:
@@ -287,7 +307,7 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     dp = data_parallel(engine.decode, overrides)
     rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
     last = evaluate(engine.decode, overrides, {"B": rank * dp, "N": float(r.isl + r.osl - 2)})
-    info, cap = _info(last), kv_cap(last, dp)
+    info, cap = _info(last), running_cap(kv_cap(last, dp), r.max_concurrency, dp)
     # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
     pp = layout_degree(engine.decode, overrides, "pp")
     clients = int(clients_per_scheduler(rank, pp))
@@ -296,7 +316,7 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
         sched, out, queue = plain
-        extra = _admission(clients, c, cap, out, r.osl)
+        extra = _admission(clients, c, cap, out, r)
         waited = _waited(out, clients / c, r.osl)
         if r.prompts is not None:      # the first wave: the clients admitted at once
             first = min(r.concurrency, c * pp * dp)
@@ -312,7 +332,7 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
              "plain_tpot_s": base, "breakeven_acceptance": breakeven(draft.length, round_s / base)}
     return ttft, tpot, {**info, "fits": info["fits"] and fits, "speculative": notes,
                         "schedule": schedule_summary(sched), "queueing": queue,
-                        **_admission(clients, c, cap, out, r.osl)}
+                        **_admission(clients, c, cap, out, r)}
 
 
 def _waited(out: Mapping[str, tuple[float, float]], share: float, osl: int
@@ -322,15 +342,16 @@ def _waited(out: Mapping[str, tuple[float, float]], share: float, osl: int
 
 
 def _admission(clients: int, c: int, cap: int, out: Mapping[str, tuple[float, float]],
-               osl: int) -> dict[str, Any]:
-    """The `admission` JSON key where the KV cache admits fewer than the clients (else
-    nothing): clients and admitted per scheduler, the rank's cap, each key's wait."""
+               r: Request) -> dict[str, Any]:
+    """The `admission` JSON key where the rank admits fewer than the clients (else
+    nothing): clients and admitted per scheduler, the rank's running cap and whose it is
+    (the KV cache's or --max-concurrency's), each key's wait."""
     if c >= clients:
         return {}
-    wait = {k: memory_queued(t, p, clients / c, osl) - t for k, (t, p) in out.items()}
+    wait = {k: memory_queued(t, p, clients / c, r.osl) - t for k, (t, p) in out.items()}
     return {"admission": {"clients_per_scheduler": clients, "admitted_per_scheduler": c,
-                          "kv_cap_per_rank": cap, "wait_s": wait["estimate_s"],
-                          "bound_wait_s": wait["roofline_s"]}}
+                          "cap_per_rank": cap, "max_concurrency": r.max_concurrency,
+                          "wait_s": wait["estimate_s"], "bound_wait_s": wait["roofline_s"]}}
 
 
 def _started(engine: Serving, budget: Budget, c: int, dp: float, overrides: Mapping[str, Any],

@@ -11,7 +11,6 @@ most the replica completes (the closed loop at the cap).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -21,8 +20,9 @@ from infest.compiler.analyses.continuous import (KEYS, Budget, Decoding, latenci
                                                  schedule, step_costs)
 from infest.compiler.analyses.openloop import Closed, solve
 from infest.compiler.analyses.serve import (METRIC_KEYS, PERCENTILE_KEYS, Request, Serving,
-                                            check_context, check_request, data_parallel,
-                                            layout_degree, memory_cap, schedule_summary)
+                                            check_context, check_max_concurrency,
+                                            check_request, data_parallel, layout_degree,
+                                            memory_cap, running_cap, schedule_summary)
 from infest.compiler.analyses.simulate import DEFAULT_REQUESTS, DEFAULT_SEED, DEFAULT_WARMUP, Load
 from infest.dsl.errors import fail
 
@@ -47,9 +47,8 @@ def check_load(load: OpenLoad, request: Request) -> None:
     """--rps positive and at most MAX_RATE; --max-concurrency at least 1; continuous only."""
     if not 0 < load.rps <= MAX_RATE:
         raise fail(None, f"--rps {load.rps:g}: must be above 0 and at most {MAX_RATE:g} (MAX_RATE)")
-    mc = load.max_concurrency
-    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
-        raise fail(None, f"--max-concurrency {mc!r}: must be a whole number at least 1")
+    if load.max_concurrency is not None:
+        check_max_concurrency(load.max_concurrency)
     if request.batching != "continuous":
         raise fail(None, "--rps queues requests for a continuous-batching engine",
                    "drop --batching static")
@@ -81,9 +80,7 @@ def rank_cap(engine: Serving, r: Request, load: OpenLoad, dp: float,
              overrides: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
     """(running requests one rank admits, the last decode step's values)."""
     kv, last = memory_cap(engine.decode, r.isl, r.osl, dp, overrides)
-    if load.max_concurrency is not None:
-        return max(1, math.floor(load.max_concurrency / dp)), last
-    return kv, last
+    return running_cap(kv, load.max_concurrency, dp), last
 
 
 def serve_open(engine: Serving, r: Request, load: OpenLoad, overrides: Mapping[str, Any]

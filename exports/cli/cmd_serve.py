@@ -20,8 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "ISL + OSL - 1 wait (static: the batch)")
     load.add_argument("--rps", metavar="R", help="open loop: Poisson arrivals per replica, "
                       "per second (20 or 20/s)")
-    p.add_argument("--max-concurrency", type=int, metavar="C", help="with --rps: running "
-                   "requests per replica (default: the KV capacity at ISL + OSL - 1)")
+    p.add_argument("--max-concurrency", type=int, metavar="C", help="running requests per "
+                   "replica, the engine's own limit (vLLM's max_num_seqs, SGLang's "
+                   "--max-running-requests); the other requests wait (default: the KV "
+                   "capacity at ISL + OSL - 1)")
     p.add_argument("--simulate", action="store_true", help="also run the request-level "
                    "simulation of the same scheduler (--rps: Poisson arrivals; --concurrency: "
                    "the closed loop, its clients sending at once)")
@@ -93,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     from infest.compiler.analyses.serve import Request, check_request, serve
     from infest.dsl.errors import fail
     from infest.exports.text.serve_text import serve_text
+    closed = args.max_concurrency if args.rps is None else None   # --rps: the OpenLoad's
     request = Request(args.isl, args.osl, args.concurrency, args.batching, chunk_of(args),
-                      args.prompts)
+                      args.prompts, closed)
     check_request(request)
     from infest.compiler.analyses.budget import check_serve_job
     check_serve_job(request.isl, request.chunk, request.batching)
@@ -137,8 +140,6 @@ def _open_load(args: argparse.Namespace, request):
             raise fail(None, f"{flag} needs --simulate", "the closed forms take every "
                        "request at the mean lengths, --isl and --osl, and draw nothing")
     if args.rps is None:
-        if args.max_concurrency is not None:
-            raise fail(None, "--max-concurrency needs --rps (an open loop)", "e.g. --rps 20")
         if args.simulate and (args.batching != "continuous" or args.draft is not None):
             raise fail(None, "--simulate runs the continuous-batching scheduler without a draft",
                        "drop --batching static and --draft, or --simulate")

@@ -101,10 +101,12 @@ def _queue_line(q: Mapping[str, Any]) -> str:
 
 
 def _admission_line(a: Mapping[str, Any]) -> str:
-    """The clients the KV cache does not admit, and their wait (compiler/analyses/serve.py)."""
+    """The clients the rank does not admit, and their wait (compiler/analyses/serve.py)."""
     waiting = a["clients_per_scheduler"] - a["admitted_per_scheduler"]
-    return (f"memory admission: the KV cache holds {a['kv_cap_per_rank']:,} requests per "
-            f"rank at ISL + OSL - 1 tokens, so {a['admitted_per_scheduler']:,} of a scheduler's "
+    cap = (f"the KV cache holds {a['cap_per_rank']:,} requests per rank at ISL + OSL - 1 "
+           "tokens" if a["max_concurrency"] is None else
+           f"--max-concurrency {a['max_concurrency']:,} runs {a['cap_per_rank']:,} per rank")
+    return (f"admission: {cap}, so {a['admitted_per_scheduler']:,} of a scheduler's "
             f"{a['clients_per_scheduler']:,} clients run and {waiting:,} wait for one to "
             f"leave: {duration(a['wait_s'])} of the estimate's TTFT (bound "
             f"{duration(a['bound_wait_s'])})")

@@ -198,8 +198,16 @@ def running_cap(kv: int, max_concurrency: int | None, dp: float) -> int:
 
 def admitted(clients: int, cap_per_rank: int, pp: float) -> int:
     """A scheduler's running requests: its clients, at most its micro-batch's share of the
-    rank's KV cap (floor(cap / pp)), at least 1."""
+    rank's running cap (floor(cap / pp)), at least 1."""
     return max(1, min(clients, int(cap_per_rank // pp)))
+
+
+def admission_of(clients: int, last: Mapping[str, Any], r: Request, dp: float, pp: float
+                 ) -> tuple[int, int]:
+    """(the rank's running cap, a scheduler's admitted requests) from the last decode
+    step's values: the KV cap or --max-concurrency, then the scheduler's share."""
+    cap = running_cap(kv_cap(last, dp), r.max_concurrency, dp)
+    return cap, admitted(clients, cap, pp)
 
 
 def memory_queued(ttft: float, tpot: float, share: float, osl: int) -> float:
@@ -307,11 +315,11 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     dp = data_parallel(engine.decode, overrides)
     rank = math.ceil(r.concurrency / dp)       # the busiest rank's clients (all its KV)
     last = evaluate(engine.decode, overrides, {"B": rank * dp, "N": float(r.isl + r.osl - 2)})
-    info, cap = _info(last), running_cap(kv_cap(last, dp), r.max_concurrency, dp)
+    info = _info(last)
     # With pp stages the rank keeps pp micro-batches in flight: each is scheduled alone.
     pp = layout_degree(engine.decode, overrides, "pp")
     clients = int(clients_per_scheduler(rank, pp))
-    c = admitted(clients, cap, pp)
+    cap, c = admission_of(clients, last, r, dp, pp)
     budget = Budget(r.isl, r.osl, r.chunk)
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:

@@ -11,8 +11,8 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from infest.compiler.analyses.continuous import clients_per_scheduler, point_forms
-from infest.compiler.analyses.serve import (Request, Serving, admitted, data_parallel,
-                                            layout_degree, memory_cap, running_cap)
+from infest.compiler.analyses.serve import (Request, Serving, admission_of, data_parallel,
+                                            layout_degree, memory_cap)
 from infest.compiler.analyses.simulate import (DEFAULT_WARMUP, MAX_REQUESTS, Load, check_run,
                                                check_spread, simulate_closed)
 from infest.dsl.errors import fail
@@ -28,7 +28,7 @@ def simulated_closed(engine: Serving, r: Request, overrides: Mapping[str, Any],
     (compiler/analyses/simulate.py `simulate_closed`): its means and percentiles. With
     r.prompts, the benchmark as run: its share of the prompts from the synchronised start,
     every one measured (no warm-up), as serve --prompts takes them. The scheduler admits
-    what the KV cache holds, or r.max_concurrency (serve.py `admitted`); the other
+    what the KV cache holds, or r.max_concurrency (serve.py `admission_of`); the other
     clients wait in its queue."""
     dp = data_parallel(engine.decode, overrides)
     warmup = DEFAULT_WARMUP
@@ -42,8 +42,8 @@ def simulated_closed(engine: Serving, r: Request, overrides: Mapping[str, Any],
     check_spread(spread)
     pp = layout_degree(engine.decode, overrides, "pp")
     c = int(clients_per_scheduler(math.ceil(r.concurrency / dp), pp))
-    kv = memory_cap(engine.decode, r.isl, r.osl, dp, overrides)[0]
-    cap = admitted(c, running_cap(kv, r.max_concurrency, dp), pp)
+    last = memory_cap(engine.decode, r.isl, r.osl, dp, overrides)[1]
+    cap = admission_of(c, last, r, dp, pp)[1]
     run = Load(0.0, cap, r.isl, r.osl, r.chunk, spread=spread)   # the rest wait in its queue
     grid = length_grid(engine, run, dp, cap, overrides)
     got = simulate_closed(grid, run, c, requests, warmup, seed)

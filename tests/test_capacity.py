@@ -32,7 +32,7 @@ HELD_WEIGHTS = 16_060_522_496
 KV_TOKEN = 131_072
 MEM_BW = Fraction(335, 100) * 10**12
 PEAK = 989 * 10**12
-CAPACITY = 80 * 10**9
+CAPACITY = 81559 * 2**20   # the H100's 81,559 MiB (nvidia-smi) = 85,520,809,984 bytes
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +48,12 @@ def test_hand_numbers_are_consistent() -> None:
 
 def test_max_batch_and_context(llama) -> None:
     cap = capacity(llama, {})  # B = 1, N = 4096, T = 1
-    room = CAPACITY - HELD_WEIGHTS                      # 63,939,477,504 bytes
-    assert cap["max_batch"] == room // (KV_TOKEN * 4097) == 119
-    # at B = 1 memory allows N + T <= room / KV_TOKEN = 487,819.8 -> N <= 487,818, but the
+    room = CAPACITY - HELD_WEIGHTS                      # 69,460,287,488 bytes
+    # 69,460,287,488 / (131,072 * 4097 = 537,001,984) = 129.35 -> 129
+    assert cap["max_batch"] == room // (KV_TOKEN * 4097) == 129
+    # at B = 1 memory allows N + T <= room / KV_TOKEN = 529,939.9 -> N <= 529,938, but the
     # trained context (131072 tokens) caps it first: N <= 131072 - T = 131,071
-    assert room // KV_TOKEN - 1 == 487_818
+    assert room // KV_TOKEN - 1 == 529_938
     assert cap["max_context"] == 131_072 - 1
 
 
@@ -133,7 +134,7 @@ def test_numeric_roots_for_nonlinear_forms() -> None:
 def test_eval_json_and_text_carry_capacity(capsys) -> None:
     assert main(["eval", LLAMA, "--hw", "h100_sxm", "--json"]) == 0
     cap = json.loads(capsys.readouterr().out)["capacity"]
-    assert cap["max_batch"] == 119 and cap["gpus_to_hold_weights"] == 1
+    assert cap["max_batch"] == 129 and cap["gpus_to_hold_weights"] == 1  # 129: test_max_batch_and_context
     assert cap["bound_transitions"][0]["first_batch"] == 28
     assert main(["eval", LLAMA, "--hw", "h100_sxm"]) == 0
     out = capsys.readouterr().out

@@ -57,13 +57,14 @@ def test_fits_and_max_context_agree_past_a_million(mistral) -> None:
 
 
 def test_all_window_max_context_when_the_windows_do_not_fit(mistral) -> None:
-    # B = 200: 200 full windows take 107.4 GB, more than 80e9 - 14,483,464,192 bytes of
-    # room, so the context stops before the window fills: per sequence
-    # (80e9 - 14,483,464,192) / 200 = 327,582,679 bytes / 131,072 = 2499.2 tokens = N + T.
+    # B = 200: 200 full windows take 107.4 GB, more than the H100's 81,559 MiB =
+    # 85,520,809,984 bytes less 14,483,464,192 of weights = 71,037,345,792 bytes of room,
+    # so the context stops before the window fills: per sequence
+    # 71,037,345,792 / 200 = 355,186,728.96 bytes / 131,072 = 2709.9 tokens = N + T.
     m = mistral.evaluate({"B": 200, "N": 100})["memory"]
-    assert m["max_context"] == 2499 - 1
-    assert mistral.evaluate({"B": 200, "N": 2498})["memory"]["fits"]
-    assert not mistral.evaluate({"B": 200, "N": 2499})["memory"]["fits"]
+    assert m["max_context"] == 2709 - 1
+    assert mistral.evaluate({"B": 200, "N": 2708})["memory"]["fits"]
+    assert not mistral.evaluate({"B": 200, "N": 2709})["memory"]["fits"]
 
 
 def test_prefill_prompt_must_fit_the_trained_context() -> None:

@@ -255,6 +255,7 @@ def test_every_layer_windowed_bounds_the_batch(tmp_path):
     result = analyze(spec(tmp_path, body), hw="h100_sxm").evaluate({})
     # Weights: embed 100*64 + 3 linears 64*64 = 6,400 + 12,288 = 18,688 params, 37,376 bytes.
     # KV: 2 (K, V) * 1 head * 64 * 2 bytes = 256 bytes per token, at most 128 tokens held:
-    # 32,768 bytes per sequence at N = 4096. max_batch = floor((80e9 - 37,376) / 32,768)
-    # = floor(79,999,962,624 / 32,768) = 2,441,405 (32,768 * 2,441,405 = 79,999,959,040).
-    assert result["memory"]["max_batch"] == 2_441_405
+    # 32,768 bytes per sequence at N = 4096. max_batch = floor((85,520,809,984 - 37,376)
+    # / 32,768) (the H100's 81,559 MiB) = floor(85,520,772,608 / 32,768) = 2,609,886
+    # (32,768 * 2,609,886 = 85,520,744,448).
+    assert result["memory"]["max_batch"] == 2_609_886

@@ -42,8 +42,8 @@ def test_each_part_loads_with_links(name: str) -> None:
     ("b200", "flops_bf16", 2250 / 989),
     # MI300X 5.3 TB/s vs 3.35 TB/s: 1.582
     ("mi300x", "mem_bw", 5.3 / 3.35),
-    # L40S 48 GB GDDR6 vs 80 GB: 0.6
-    ("l40s", "mem_capacity", 48 / 80),
+    # memory as nvidia-smi shows it: L40S 46,068 MiB (48 GB GDDR6 less ECC) vs 81,559 MiB
+    ("l40s", "mem_capacity", 46068 / 81559),
     # RTX 4090 1008 GB/s vs 3350 GB/s: 0.3009
     ("rtx_4090", "mem_bw", 1008 / 3350),
     # RTX 5090 fp8 with FP16 accumulate (NVIDIA's 1,676 sparse / 2 = 838) vs 1979: 0.4234
@@ -57,8 +57,8 @@ def test_each_part_loads_with_links(name: str) -> None:
     ("h100_pcie", "flops_bf16", 756.5 / 989),
     # H100 NVL fp8 3,341 sparse / 2 = 1,670.5 vs 1,979: 0.8441
     ("h100_nvl", "flops_fp8", 1670.5 / 1979),
-    # H100 NVL 94 GB vs 80 GB: 1.175
-    ("h100_nvl", "mem_capacity", 94 / 80),
+    # H100 NVL 95,830 MiB vs 81,559 MiB: 1.175
+    ("h100_nvl", "mem_capacity", 95830 / 81559),
     # GB200 NVL72 bf16 360 PFLOPS sparse / 72 GPUs / 2 = 2,500 TFLOP/s vs 989: 2.528
     ("gb200", "flops_bf16", 2500 / 989),
     # GB200 NVL72 130 TB/s NVLink / 72 / 2 directions = 902.8, quoted 900 GB/s vs 450: 2
@@ -79,10 +79,10 @@ def test_b200_fp4_is_four_times_bf16() -> None:
 
 def test_gb200_is_one_72_gpu_nvlink_domain() -> None:
     """NVL72: 72 GPUs on NVLink; fp4 1,440 PFLOPS sparse / 72 / 2 = 10 PFLOPS dense, four
-    times its bf16 2.5; 13.4 TB HBM3e / 72 = 186 GB."""
+    times its bf16 2.5; 13.4 TB HBM3e / 72 = 186 GB, which nvidia-smi shows as 189,471 MiB."""
     f = fields("gb200")
     assert f["gpus_per_node"] == 72 and f["flops_fp4"] == 10e15 == 4 * f["flops_bf16"]
-    assert f["mem_capacity"] == 186e9
+    assert f["mem_capacity"] == 189471 * 2**20
 
 
 def test_int8_peaks_are_written_in_tops() -> None:
@@ -142,15 +142,17 @@ def test_list_shows_the_catalogue(capsys: pytest.CaptureFixture) -> None:
     hardware = out.split("hardware")[1].split("ops (")[0]
     for name in CATALOGUE:
         assert name in hardware
-    # the A100 row: 80 GB, 2.04 TB/s, no fp8 or fp4 peak (0 in the catalogue, '-' here)
+    # the A100 row: 81,920 MiB = 80 GiB, 2.04 TB/s, no fp8 or fp4 peak (0 in the catalogue,
+    # '-' here)
     row = next(line for line in hardware.splitlines() if line.startswith("a100_sxm_80gb"))
-    assert "80 GB" in row and "2.04 TB/s" in row and row.split().count("-") == 2
+    assert "80 GiB" in row and "2.04 TB/s" in row and row.split().count("-") == 2
     # int8 in integer ops: 624 TOPS
     assert "624 TOP/s" in row
     gb200 = next(line for line in hardware.splitlines() if line.startswith("gb200"))
     # 72 GPUs a node, and NVLink SHARP on the NVL72's switches (nvls 1); the A100's
     # second-generation NVSwitch has none (0)
-    assert "186 GB" in gb200 and "10 PFLOP/s" in gb200 and gb200.split()[-2:] == ["72", "1"]
+    # 189,471 MiB / 1024 = 185.03 GiB
+    assert "185 GiB" in gb200 and "10 PFLOP/s" in gb200 and gb200.split()[-2:] == ["72", "1"]
     assert row.split()[-1] == "0"
 
 

@@ -42,12 +42,14 @@ def test_memory(result: dict) -> None:
     assert m["kv_bytes_per_token"] == KV_PER_TOKEN == 131_072
     assert m["kv_bytes"] == KV_PER_TOKEN * (4096 + 1)          # B=1 holds N + T tokens
     assert m["total_bytes"] == 2 * TOTAL + KV_PER_TOKEN * 4097
-    assert m["capacity_bytes"] == 80e9 and m["fits"] is True
-    # max batch: floor((80e9 - 16,060,522,496) / (131,072 * 4097)) = floor(119.06) = 119
-    assert m["max_batch"] == (80_000_000_000 - 2 * TOTAL) // (KV_PER_TOKEN * 4097) == 119
-    # max context at B=1: memory allows floor((80e9 - 16,060,522,496) / 131,072) - T
-    # = 487,819 - 1, the trained context (131,072 tokens) only 131,072 - T
-    assert (80_000_000_000 - 2 * TOTAL) // KV_PER_TOKEN - 1 == 487_818
+    # capacity: the H100's 81,559 MiB (nvidia-smi) = 85,520,809,984 bytes
+    assert m["capacity_bytes"] == 81559 * 2**20 == 85_520_809_984 and m["fits"] is True
+    # max batch: floor((85,520,809,984 - 16,060,522,496) / (131,072 * 4097))
+    # = floor(69,460,287,488 / 537,001,984) = floor(129.35) = 129
+    assert m["max_batch"] == (85_520_809_984 - 2 * TOTAL) // (KV_PER_TOKEN * 4097) == 129
+    # max context at B=1: memory allows floor(69,460,287,488 / 131,072) - T
+    # = 529,939 - 1, the trained context (131,072 tokens) only 131,072 - T
+    assert (85_520_809_984 - 2 * TOTAL) // KV_PER_TOKEN - 1 == 529_938
     assert m["max_context"] == 131_072 - 1
 
 

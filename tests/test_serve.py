@@ -181,10 +181,11 @@ def test_dp_that_does_not_divide_c_costs_the_busiest_rank(engine: Serving, batch
     assert five["gpus"] == 2
 
 
-# Memory admission. Llama 3.1 8B on one H100 SXM (80 GB): weights 8.03e9 params x 2 bytes
-# = 16.06 GB, KV 32 layers x 8 heads x 128 x 2 (K, V) x 2 bytes = 131,072 B a token.
-# ISL 16,000 + OSL 4,000 - 1: 19,999 tokens x 131,072 B = 2.621 GB a request, and
-# (80 - 16.06) / 2.621 = 24.39: the KV cache holds 24 requests, not 96.
+# Memory admission. Llama 3.1 8B on one H100 SXM (81,559 MiB = 85,520,809,984 B): weights
+# 8.03e9 params x 2 bytes = 16,060,522,496 B, KV 32 layers x 8 heads x 128 x 2 (K, V) x
+# 2 bytes = 131,072 B a token. ISL 16,000 + OSL 4,000 - 1: 19,999 tokens x 131,072 B =
+# 2,621,308,928 B a request, and 69,460,287,488 / 2,621,308,928 = 26.50: the KV cache
+# holds 26 requests, not 104.
 H100 = "h100_sxm"
 ADMISSION = ["serve", str(LLAMA8), "--hw", H100, "--isl", "16000", "--osl", "4000"]
 
@@ -195,45 +196,45 @@ def h100() -> Serving:
 
 
 def test_clients_beyond_the_kv_cache_wait_by_littles_law(h100: Serving) -> None:
-    full = serve(h100, Request(16000, 4000, 96), {})
-    held = serve(h100, Request(16000, 4000, 24), {})     # the 24 admitted alone
+    full = serve(h100, Request(16000, 4000, 104), {})
+    held = serve(h100, Request(16000, 4000, 26), {})     # the 26 admitted alone
     a = full["admission"]
-    assert (a["clients_per_scheduler"], a["admitted_per_scheduler"], a["cap_per_rank"]) == (96, 24, 24)
+    assert (a["clients_per_scheduler"], a["admitted_per_scheduler"], a["cap_per_rank"]) == (104, 26, 26)
     assert a["max_concurrency"] is None     # the KV cache's cap
     assert not full["fits"] and held["fits"]
     for got, run in ((full, held), (full["bound"], held["bound"])):
-        # The loop runs at 24; each request first waits (96 / 24 - 1) = 3 E2Es of it.
+        # The loop runs at 26; each request first waits (104 / 26 - 1) = 3 E2Es of it.
         assert got["tpot_s"] == run["tpot_s"]
         assert got["ttft_s"] == pytest.approx(run["ttft_s"] + 3 * run["e2e_s"], rel=1e-12)
-        # So the replica completes what 24 running complete: 96 / (4 E2E) = 24 / E2E.
+        # So the replica completes what 26 running complete: 104 / (4 E2E) = 26 / E2E.
         assert got["tokens_per_s"] == pytest.approx(run["tokens_per_s"], rel=1e-12)
     assert a["wait_s"] == pytest.approx(3 * held["e2e_s"], rel=1e-12)
-    assert "admission" not in held          # 24 clients: none waits
+    assert "admission" not in held          # 26 clients: none waits
 
 
 def test_the_simulation_queues_the_same_clients(capsys) -> None:
-    args = ADMISSION + ["--concurrency", "96", "--simulate", "--requests", "400"]
+    args = ADMISSION + ["--concurrency", "104", "--simulate", "--requests", "400"]
     assert main(args + ["--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["simulated"]["admitted_per_scheduler"] == 24
+    assert r["simulated"]["admitted_per_scheduler"] == 26
     # Request by request (simulate.py), not the closed form: the means agree within 2%
     # (here the wait, 3 E2Es of ~117 s, is nearly all of TTFT).
     assert r["simulated"]["ttft_s"] == pytest.approx(r["ttft_s"], rel=0.02)
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "admission: the KV cache holds 24 requests per rank at ISL + OSL - 1 tokens, so 24 of " \
-        "a scheduler's 96 clients run and 72 wait" in text
+    assert "admission: the KV cache holds 26 requests per rank at ISL + OSL - 1 tokens, so 26 of " \
+        "a scheduler's 104 clients run and 78 wait" in text
     assert "NO at the full concurrency" in text
 
 
 def test_an_engines_own_running_limit_admits_fewer(h100: Serving, capsys) -> None:
-    # --max-concurrency 6 (vLLM's max_num_seqs) below the KV cache's 24: 6 of 24 run, and
+    # --max-concurrency 6 (vLLM's max_num_seqs) below the KV cache's 26: 6 of 24 run, and
     # each request first waits (24 / 6 - 1) = 3 E2Es of the 6-client loop.
     capped = serve(h100, Request(16000, 4000, 24, max_concurrency=6), {})
     run = serve(h100, Request(16000, 4000, 6), {})
     a = capped["admission"]
     assert (a["admitted_per_scheduler"], a["cap_per_rank"], a["max_concurrency"]) == (6, 6, 6)
-    assert capped["fits"]                  # all 24 fit the KV cache; the engine runs 6
+    assert capped["fits"]                  # all 24 fit the KV cache (26); the engine runs 6
     assert capped["tpot_s"] == run["tpot_s"]
     assert capped["ttft_s"] == pytest.approx(run["ttft_s"] + 3 * run["e2e_s"], rel=1e-12)
     assert main(ADMISSION + ["--concurrency", "24", "--max-concurrency", "6", "--simulate",

@@ -24,10 +24,11 @@ LLAMA = str(ROOT / "specs" / "models" / "llama3_1_8b.arch")
 #      embedding 128256*4096 = 525,336,576 each)
 #   KV per token = 2 (K,V) * 32 layers * 8 kv heads * 128 * 2 bytes = 131,072 bytes
 #   at N = 4096 a sequence holds N + T = 4097 tokens: 537,001,984 bytes
-#   max batch = floor((80e9 - 16,060,522,496) / 537,001,984) = floor(119.07) = 119
+#   max batch = floor((85,520,809,984 - 16,060,522,496) / 537,001,984) = floor(129.35) = 129
+#   (the H100's 81,559 MiB = 85,520,809,984 bytes, nvidia-smi's total)
 WEIGHTS_HELD = 16_060_522_496
 KV_PER_TOKEN = 131_072
-MAX_BATCH_4096 = (80_000_000_000 - WEIGHTS_HELD) // (KV_PER_TOKEN * 4097)
+MAX_BATCH_4096 = (81559 * 2**20 - WEIGHTS_HELD) // (KV_PER_TOKEN * 4097)
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +121,8 @@ def test_prefill_cells_equal_eval() -> None:
 
 
 def test_oom_marking(llama) -> None:
-    assert MAX_BATCH_4096 == 119
-    s = sweep(llama, {}, [1, 119, 120, 128], [4096], "tokens_per_s")
+    assert MAX_BATCH_4096 == 129
+    s = sweep(llama, {}, [1, 129, 130, 138], [4096], "tokens_per_s")
     assert s.fits[:, 0].tolist() == [True, True, False, False]
     assert s.values.shape == s.fits.shape == (4, 1)
 
@@ -152,12 +153,12 @@ def _sweep(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_cli_table_marks_oom(capsys) -> None:
-    code, out, _ = _sweep(capsys, "--B", "1,119,120", "--N", "4k")
+    code, out, _ = _sweep(capsys, "--B", "1,129,130", "--N", "4k")
     assert code == 0
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
-            if line.strip() and line.split()[0] in {"1", "119", "120"}}
-    assert not rows["1"].endswith("*") and not rows["119"].endswith("*")
-    assert rows["120"].endswith("*")
+            if line.strip() and line.split()[0] in {"1", "129", "130"}}
+    assert not rows["1"].endswith("*") and not rows["129"].endswith("*")
+    assert rows["130"].endswith("*")
     assert "does not fit" in out
 
 
@@ -184,10 +185,10 @@ def test_cli_cell_equals_eval_process(capsys) -> None:
 
 
 def test_cli_json_fits_and_bound(capsys) -> None:
-    code, out, _ = _sweep(capsys, "--B", "1,128", "--N", "4096", "--json", "--metric", "bound")
+    code, out, _ = _sweep(capsys, "--B", "1,130", "--N", "4096", "--json", "--metric", "bound")
     assert code == 0
     doc = json.loads(out)
-    assert doc["metric"] == "bound" and doc["B"] == [1, 128] and doc["N"] == [4096]
+    assert doc["metric"] == "bound" and doc["B"] == [1, 130] and doc["N"] == [4096]
     assert [p["fits"] for p in doc["points"]] == [True, False]
     assert [p["bound"] for p in doc["points"]] == ["weights", "kv"]
 

@@ -202,9 +202,9 @@ def test_planner_edits_kv_dtype_bandwidth_and_batch(tmp_path: Path, soffice: str
     wb = _recalculated(tmp_path, analysis, edits, soffice)
     _assert_outputs(wb, analysis.evaluate(_base(edits)))
     # By hand, N = 4096, T = 1: KV per sequence = 2 * 32 layers * 8 kv_heads * 128 * 1 byte
-    # * 4097 tokens = 268,500,992 bytes; room = 80e9 - 16,060,522,496 weight bytes =
-    # 63,939,477,504; 63,939,477,504 / 268,500,992 = 238.1 -> 238 (bf16: 119).
-    assert named_cell(wb, "out_max_batch").value == 238
+    # * 4097 tokens = 268,500,992 bytes; room = 85,520,809,984 (the H100's 81,559 MiB)
+    # - 16,060,522,496 weight bytes = 69,460,287,488; / 268,500,992 = 258.7 -> 258 (bf16: 129).
+    assert named_cell(wb, "out_max_batch").value == 258
     assert named_cell(wb, "base_mem_bw").value == 2.5e12
 
 
@@ -273,13 +273,15 @@ def test_inputs_look_editable_only_where_they_are(tmp_path: Path) -> None:
     units = {inputs.cell(r, 6).value: inputs.cell(r, 3).value for r in range(2, inputs.max_row + 1)}
     assert (units["mem_bw"], units["mem_capacity"], units["launch_overhead"]) == ("TB/s", "GB", "us")
     assert units["flops_bf16"] == "TFLOP/s" and units["N"] == "tokens"
-    # 4.8 TB/s and 141 GB (H200 SXM) typed as 4.8 and 141; 4 us as 4.
+    # 4.8 TB/s and 143,771 MiB (H200 SXM: 150,754,820,096 bytes) typed as 4.8 and
+    # 150.754820096 GB; 4 us as 4.
     # The hardware inputs look the picked GPU up on the Hardware sheet (a lighter fill).
     assert named_cell(wb, "in_hw").value == "h200_sxm"
     hw = wb["Hardware"]
     column = [c.column for c in hw[2] if c.value == "h200_sxm"][0]
     held = {hw.cell(r, 1).value: hw.cell(r, column).value for r in range(3, hw.max_row + 1)}
-    assert (held["mem_bw"], held["mem_capacity"], held["launch_overhead"]) == (4.8, 141, 4)
+    assert (held["mem_bw"], held["launch_overhead"]) == (4.8, 4)
+    assert held["mem_capacity"] == pytest.approx(143771 * 2**20 / 1e9, rel=1e-15)
     cell = named_cell(wb, "in_mem_bw")
     assert cell.value.startswith("=Hardware!$C$") and cell.fill.fgColor.rgb == "00DDEBF7"
     assert named_cell(wb, "base_mem_bw").value == "=in_mem_bw*1E+12"

@@ -68,8 +68,8 @@ CASES = [
     ("qwen3_30b_a3b.arch", "h200_sxm", "full",
      {"isl": 3000, "osl": 50, "concurrency": 64, "chunk": 512, "tp": 4, "ep": 4, "tpot_max": 5,
       "in_comm_overlap": 0.7}),
-    # 4,096 x 30,000 tokens of KV cannot fit one H100: fits and ok FALSE.
-    ("llama3_1_8b.arch", "h100_sxm", None, {"isl": 30000, "osl": 40, "concurrency": 4096}),
+    # 4,080 x 30,000 tokens of KV cannot fit one H100: fits and ok FALSE.
+    ("llama3_1_8b.arch", "h100_sxm", None, {"isl": 30000, "osl": 40, "concurrency": 4080}),
 ]
 
 
@@ -104,13 +104,14 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     assert _value(wb, "ok") is (got["fits"] and meets)
     if edits.get("chunk") == 256:    # the slices: 32 chunk steps, 16 rows counted
         assert (_value(wb, "chunks"), _value(wb, "points")) == (32, 16)
-    if edits.get("concurrency") == 4096:   # 4,096 x 30,038 tokens x 131,072 bytes >> 80 GB
+    if edits.get("concurrency") == 4080:   # 4,080 x 30,038 tokens x 131,072 bytes >> 85.5 GB
         assert _value(wb, "fits") is False and _value(wb, "ok") is False
-        # (80 GB - 8.03e9 x 2 B) / (30,039 x 131,072 B) = 63.94 / 3.937 = 16.24: 16 run,
-        # the other 4,080 wait (memory admission: 4,096 / 16 = 256 clients a running one).
-        assert (_value(wb, "kv_cap"), _value(wb, "clients")) == (16, 16)
-        assert _value(wb, "admission_share") == 256
-        assert got["admission"]["admitted_per_scheduler"] == 16
+        # (81,559 MiB = 85.52 GB - 8.03e9 x 2 B) / (30,039 x 131,072 B) = 69.46 / 3.937
+        # = 17.64: 17 run, the other 4,063 wait (memory admission: 4,080 / 17 = 240 clients
+        # a running one).
+        assert (_value(wb, "kv_cap"), _value(wb, "clients")) == (17, 17)
+        assert _value(wb, "admission_share") == 240
+        assert got["admission"]["admitted_per_scheduler"] == 17
     if edits.get("chunk") == 512:    # the budget binds: (64 x 3049 / 512 - 49) steps
         assert _value(wb, "ttft_steps") == pytest.approx(64 * 3049 / 512 - 49, rel=1e-12)
 

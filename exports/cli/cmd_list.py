@@ -37,18 +37,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_hardware() -> None:
-    """A row per shipped hardware file: memory, bandwidth, dense peaks, link, GPUs a node
+    """A row per shipped hardware file: memory (binary GiB, as vendors label it), bandwidth, dense peaks, link, GPUs a node
     and NVLink SHARP (nvls: the share of an all-reduce's ring traffic the switch saves)."""
     from infest.compiler.load.hardware import compile_hardware
     from infest.compiler.load.loader import load_program, shipped
-    from infest.dsl.human import si, table
+    from infest.dsl.human import gib, si, table
     rows = []
     for name, path in shipped("hardware").items():
         for hw_ast, file in load_program(path).hardware.values():
             f = {k: float(v.value) for k, v in compile_hardware(hw_ast, file).fields.items()}
             peaks = [si(f[f"flops_{d}"], "OP/s" if d == "int8" else "FLOP/s")
                      if f.get(f"flops_{d}", 0) > 0 else "-" for d in _PEAKS]
-            rows.append([name, hw_ast.title, si(f["mem_capacity"], "B"), si(f["mem_bw"], "B/s"),
+            rows.append([name, hw_ast.title, gib(f["mem_capacity"]), si(f["mem_bw"], "B/s"),
                          *peaks, si(f["link_bw"], "B/s") if "link_bw" in f else "-",
                          str(int(f.get("gpus_per_node", 1))), f"{f.get('nvls', 0):g}"])
     headers = ["name", "title", "memory", "mem_bw", *(f"flops_{d}" for d in _PEAKS),

@@ -76,7 +76,8 @@ def _peak(fmt: str, doc: str, zero: bool = True) -> Field:
 # fits all three to measured step times.
 FIELD_TABLE = (
     Field("mem_capacity", BYTES, "memory",
-          "device memory the driver exposes (nvidia-smi's memory.total: vendors' \"GB\" of HBM count GiB)"),
+          "device memory the driver exposes (nvidia-smi's memory.total; vendors' \"GB\" "
+          "of HBM count GiB)"),
     Field("mem_bw", BANDWIDTH, "memory", "device memory (HBM) bandwidth"),
     _peak("bf16", "bf16", zero=False),   # the peak every fallback ends at
     _peak("fp16", "fp16"),

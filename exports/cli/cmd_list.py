@@ -37,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_hardware() -> None:
-    """A row per shipped hardware file: memory (binary GiB, as vendors label it), bandwidth, dense peaks, link, GPUs a node
-    and NVLink SHARP (nvls: the share of an all-reduce's ring traffic the switch saves)."""
+    """A row per shipped hardware file: memory (binary GiB, as vendors label it),
+    bandwidth, dense peaks, link, GPUs a node and NVLink SHARP (nvls: the share of an
+    all-reduce's ring traffic the switch saves)."""
     from infest.compiler.load.hardware import compile_hardware
     from infest.compiler.load.loader import load_program, shipped
     from infest.dsl.human import gib, si, table

@@ -202,8 +202,10 @@ def write_profiles(full: jf.Fit, rows: int) -> None:
         data = json.loads(path.read_text())
         values = full.values("", engine)
         own = {k for e in jf.engine_groups(engine) for k in full.engine.get(e, {})}
-        data["fields"] = {k: {"value": float(f"{values[k]:.4g}"), "source": source}
-                          for k in PROFILE_FIELDS if k not in ENGINE_OWN or k in own}
+        kept = {k: v for k, v in data.get("fields", {}).items() if k not in PROFILE_FIELDS}
+        data["fields"] = {**{k: {"value": float(f"{values[k]:.4g}"), "source": source}
+                             for k in PROFILE_FIELDS if k not in ENGINE_OWN or k in own},
+                          **kept}   # fields the fit does not touch keep their own sources
         path.write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -70,11 +70,16 @@ CASES = [
       "in_comm_overlap": 0.7}),
     # 4,080 x 30,000 tokens of KV cannot fit one H100: fits and ok FALSE.
     ("llama3_1_8b.arch", "h100_sxm", None, {"isl": 30000, "osl": 40, "concurrency": 4080}),
+    # The same under an engine that lets weights + KV fill 0.9 of the memory (vLLM's
+    # --gpu-memory-utilization): the sheet's mem_fraction input moves its KV cap.
+    ("llama3_1_8b.arch", "h100_sxm", None,
+     {"isl": 30000, "osl": 40, "concurrency": 4080, "in_mem_fraction": 0.9}),
 ]
 
 
 @pytest.mark.parametrize("spec,hw,policy,edits", CASES,
-                         ids=["llama-alone", "llama-dp2-32-chunks", "qwen3-tp4-ep4-shared", "unfit"])
+                         ids=["llama-alone", "llama-dp2-32-chunks", "qwen3-tp4-ep4-shared", "unfit",
+                              "unfit-engine-share"])
 def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: str,
                                  policy: str | None, edits: dict) -> None:
     decode = _serving(spec, hw, policy)
@@ -104,7 +109,13 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     assert _value(wb, "ok") is (got["fits"] and meets)
     if edits.get("chunk") == 256:    # the slices: 32 chunk steps, 16 rows counted
         assert (_value(wb, "chunks"), _value(wb, "points")) == (32, 16)
-    if edits.get("concurrency") == 4080:   # 4,080 x 30,038 tokens x 131,072 bytes >> 85.5 GB
+    if edits.get("in_mem_fraction") == 0.9:
+        # (0.9 x 85,520,809,984 - 16,060,522,496) / 3,937,271,808 = 60,908,206,489.6 /
+        # 3,937,271,808 = 15.47: 15 run; 4,080 / 15 = 272 clients a running one.
+        assert (_value(wb, "kv_cap"), _value(wb, "clients")) == (15, 15)
+        assert _value(wb, "admission_share") == 272
+        assert got["admission"]["admitted_per_scheduler"] == 15
+    elif edits.get("concurrency") == 4080:   # 4,080 x 30,038 tokens x 131,072 bytes >> 85.5 GB
         assert _value(wb, "fits") is False and _value(wb, "ok") is False
         # (81,559 MiB = 85.52 GB - 8.03e9 x 2 B) / (30,039 x 131,072 B) = 69.46 / 3.937
         # = 17.64: 17 run, the other 4,063 wait (memory admission: 4,080 / 17 = 240 clients

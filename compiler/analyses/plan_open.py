@@ -66,7 +66,7 @@ def layout_answers(policy: str, engine: "Serving", d: Demand, overrides: Mapping
     schedulers = lay["dp"] * lay["pp"]
     last = values_at(engine.decode, base, {**lay, "B": lay["dp"], "N": float(   # serve's
         d.isl + d.osl - 2), "T": 1.0})        # memory_cap: the cache at the last decode step
-    cap = np.floor(np.broadcast_to(last["memory.max_batch"], lay["dp"].shape) / schedulers)
+    cap = np.floor(np.broadcast_to(last["memory.engine_max_batch"], lay["dp"].shape) / schedulers)
     keep = np.nonzero((np.broadcast_to(last["valid"], cap.shape) & (cap >= 1))[:, 0])[0]
     if not len(keep):
         return []

@@ -30,7 +30,9 @@ Memory admission (continuous batching): an engine runs no more requests than its
 cache holds, or than its own limit (--max-concurrency / dp where given: vLLM's
 max_num_seqs, SGLang's --max-running-requests). A rank admits at most the KV capacity at
 ISL + OSL - 1 tokens
-(memory.max_batch / dp at the last decode step, N = ISL + OSL - 2 and T = 1: every
+(memory.engine_max_batch / dp at the last decode step, N = ISL + OSL - 2 and T = 1: the
+room an engine gives its KV cache, mem_fraction and kv_free_fraction, 1 unless its profile
+or --set says otherwise, so the whole memory by default; every
 admitted request can grow to its end without evicting another, as `serve --rps` caps
 it), shared by its pp micro-batches; the other clients wait for a running request to
 leave. With a of a scheduler's c clients admitted, the
@@ -184,9 +186,9 @@ def memory_cap(runner: "Runner", isl: int, osl: int, dp: float, overrides: Mappi
 
 
 def kv_cap(last: Mapping[str, Any], dp: float) -> int:
-    """memory.max_batch / dp of the last decode step's values (any B: max_batch does not
+    """memory.engine_max_batch / dp of the last decode step's values (any B: it does not
     depend on it), at most 2^31 (no KV cache: unbounded)."""
-    kv = float(last["memory.max_batch"]) / dp
+    kv = float(last["memory.engine_max_batch"]) / dp
     return int(min(kv, 2**31)) if math.isfinite(kv) else 2**31
 
 

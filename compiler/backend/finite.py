@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from infest.compiler.backend.runner import Runner
 
 # +inf here means "unbounded by the KV cache" (no KV cache, or every layer windowed).
-UNBOUNDED_KEYS = frozenset({"memory.max_batch", "memory.max_context"})
+UNBOUNDED_KEYS = frozenset({"memory.max_batch", "memory.engine_max_batch", "memory.max_context"})
 
 
 def check_finite(runner: "Runner", values: Mapping[str, Any],

@@ -236,7 +236,8 @@ def _check_sign(name: str, value: Fraction) -> None:
     if in_range(name, value):
         return
     share = "a share: 0 (none) to 1 (all)" if name in MAY_BE_ZERO else \
-        "an efficiency is achievable / datasheet speed"
+        "an efficiency is achievable / datasheet speed" if FIELDS[name].role == "efficiency" \
+        else FIELDS[name].doc
     hint = FIELDS[name].doc if name in AT_LEAST else \
         share if name in SHARES else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0"
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}", hint)

@@ -16,7 +16,7 @@ TRAINED_CONTEXT = "trained_context"
 PARALLEL = ("tp", "ep", "pp", "dp")
 MEMORY_KEYS = ("weights_bytes", "kv_bytes_per_token", "kv_bytes", "total_bytes",
                "weights_bytes_per_gpu", "kv_bytes_per_gpu", "total_bytes_per_gpu",
-               "capacity_bytes", "fits", "max_batch", "max_context")
+               "capacity_bytes", "fits", "max_batch", "engine_max_batch", "max_context")
 COST_KEYS = ("flops", "bytes", "weight_bytes", "kv_bytes", "act_bytes", "comm_bytes",
              "host_bytes")
 STEP_KEYS = COST_KEYS + TERM_KEYS + ("t_overhead_s", "roofline_s", "overlap_floor_s", "time_s",
@@ -53,6 +53,7 @@ RESULT_KEYS: dict[str, KeyInfo] = {
     "fits": KeyInfo(""),
     "bound": KeyInfo(""),
     "max_batch": KeyInfo("sequences", True),
+    "engine_max_batch": KeyInfo("sequences", True),
     "max_context": KeyInfo("tokens", True),
     "tokens_per_s": KeyInfo("tokens/s"),
     "tokens_per_s_estimate": KeyInfo("tokens/s"),
@@ -81,6 +82,8 @@ LABELS = {
     "capacity_bytes": "memory capacity per GPU",
     "fits": "fits in memory",
     "max_batch": "largest batch that fits at this N",
+    "engine_max_batch": "largest batch the engine's KV cache holds at this N (estimate: "
+                        "mem_fraction, kv_free_fraction)",
     "max_context": "longest context that fits at this B",
     "flops": "FLOPs",
     "bytes": "HBM bytes moved",

@@ -30,6 +30,8 @@ from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
+# What an engine gives its KV cache (compiler/load/fields.py): engine_max_batch's room.
+MEM_FRACTION, KV_FREE_FRACTION = sym("mem_fraction"), sym("kv_free_fraction")
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 
 
@@ -252,13 +254,15 @@ def _memory(model: CompiledModel, phase: str, links: Links) -> dict[str, sympy.E
     kv = B * per_seq.xreplace({L: N + T})
     kv_gpu = B / DP * per_seq_gpu.xreplace({L: N + T})  # each replica: B / dp sequences
     room = CAPACITY - weights_gpu
+    per_seq_at_n = per_seq_gpu.xreplace({L: N + T})
     return {"weights_bytes": weights,
             "kv_bytes_per_token": sympy.Add(*(op.count * op.kv_per_token for op in model.ops)),
             "kv_bytes": kv, "total_bytes": weights + kv,
             "weights_bytes_per_gpu": weights_gpu, "kv_bytes_per_gpu": kv_gpu,
             "total_bytes_per_gpu": weights_gpu + kv_gpu, "capacity_bytes": CAPACITY,
             "fits": sympy.Le(weights_gpu + kv_gpu, CAPACITY),
-            "max_batch": DP * _max_batch(room, per_seq_gpu.xreplace({L: N + T})),
+            "max_batch": DP * _max_batch(room, per_seq_at_n),
+            "engine_max_batch": DP * _max_batch(_engine_room(weights_gpu), per_seq_at_n),
             "max_context": _capped(_max_context(room, per_seq_gpu, phase), model, phase)}
 
 
@@ -269,6 +273,14 @@ def _capped(longest: sympy.Expr, model: CompiledModel, phase: str) -> sympy.Expr
     if trained is None:
         return longest
     return sympy.Min(trained - T if phase == "decode" else trained, longest, evaluate=False)
+
+
+def _engine_room(weights_gpu: sympy.Expr) -> sympy.Expr:
+    """The bytes an engine gives its KV cache on one GPU: kv_free_fraction of what
+    mem_fraction of the capacity leaves beside the weights (vLLM and SGLang cap weights +
+    KV at a share of the memory; TensorRT-LLM takes a share of the memory left free).
+    Both 1 by default: the whole room, as max_batch."""
+    return KV_FREE_FRACTION * (MEM_FRACTION * CAPACITY - weights_gpu)
 
 
 def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:

@@ -189,6 +189,18 @@ FIELD_TABLE = (
           "per-request overhead added to TTFT (tokenising, admission, first stream)",
           Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
           zero=True, catalogue=False),
+    # What an engine gives its KV cache (memory.engine_max_batch: serve's, plan's and the
+    # workbook's admission); memory.max_batch keeps the whole memory, the bound.
+    Field("mem_fraction", COUNT, "estimate",
+          "share of the GPU's memory the engine lets weights and KV cache fill (vLLM "
+          "--gpu-memory-utilization, 0.9 by default; SGLang --mem-fraction-static)",
+          Fraction(1), "1: all of it, as memory.max_batch (an engine profile sets its own)",
+          catalogue=False, unit_ratio=True),
+    Field("kv_free_fraction", COUNT, "estimate",
+          "share of the memory left beside the weights that the engine gives its KV cache "
+          "(TensorRT-LLM's free_gpu_memory_fraction, 0.9 by default)", Fraction(1),
+          "1: all of it, as memory.max_batch (an engine profile sets its own)",
+          catalogue=False, unit_ratio=True),
     Field("poll_interval", COUNT, "estimate",
           "decode steps between the scheduler's looks for new requests: a request arriving "
           "during decode waits for the next look (SGLang --scheduler-recv-interval k, "

@@ -45,6 +45,17 @@ def _limit(value: int | None, memory: dict) -> str:
     return f"unbounded ({why})"
 
 
+def _engine_batch_rows(result: dict) -> list[list[str]]:
+    """The engine's KV-cache batch (an estimate) where its memory shares leave less than
+    the whole memory; nothing where they are both 1 (it is max_batch then)."""
+    m, inputs = result["memory"], result["inputs"]
+    shares = {k: inputs.get(k, 1) for k in ("mem_fraction", "kv_free_fraction")}
+    if all(v == 1 for v in shares.values()):
+        return []
+    said = ", ".join(f"{k} {v:g}" for k, v in shares.items() if v != 1)
+    return [[f"  engine's KV cache holds (estimate: {said})", _limit(m["engine_max_batch"], m)]]
+
+
 def summary_rows(result: dict) -> list[list[str]]:
     """Params, memory and step figures as (what, value) rows."""
     p, m, s = result["params"], result["memory"], result["step"]
@@ -59,6 +70,7 @@ def summary_rows(result: dict) -> list[list[str]]:
          + (" per GPU" if result["parallel"]["gpus"] > 1 else "")],
         ["fits", fits],
         ["max batch at this N", _limit(m["max_batch"], m)],
+        *_engine_batch_rows(result),
         ["max context at this B", _limit(m["max_context"], m)],
         ["step FLOPs / bytes", f"{si(s['flops'], 'FLOP')} / {si(s['bytes'], 'B')}"],
         ["  weights / KV / activations", f"{si(s['weight_bytes'], 'B')} / {si(s['kv_bytes'], 'B')} / {si(s['act_bytes'], 'B')}"],

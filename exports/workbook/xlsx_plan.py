@@ -382,21 +382,23 @@ def _metric_rows(b: Builder, decode: "Analysis") -> list[tuple]:
 
 def _kv_cap_rows(b: Builder, memory: Mapping[str, sympy.Expr], summed: bool) -> list[tuple]:
     """The requests one rank's KV cache holds at ISL + OSL - 1 (serve.py `memory_cap`,
-    max_batch / dp at the last decode step, at most 2^31): from the weights' named sum
-    and one request's KV where the fits rows have them (short formulas), else the memory
-    form's max_batch whole."""
+    engine_max_batch / dp at the last decode step, at most 2^31): from the weights' named
+    sum and one request's KV where the fits rows have them (short formulas), else the
+    memory form's engine_max_batch whole."""
     point, most = {"B": "plan_dp", "N": "plan_last_context"}, 2**31
-    note = "max_batch / dp at the last decode step (memory admission)"
+    note = "engine_max_batch / dp at the last decode step (memory admission)"
     if not summed:
-        return [("kv_cap", lambda c: _live(b, c, Min(memory["max_batch"] / sym("dp"), most),
-                                            point), "requests", _CAP_LABEL, note)]
-    room = f"{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu"
+        return [("kv_cap", lambda c: _live(b, c, Min(memory["engine_max_batch"] / sym("dp"),
+                                                     most), point), "requests", _CAP_LABEL, note)]
+    share, free = (b.names[sym(k)] for k in ("mem_fraction", "kv_free_fraction"))
+    room = f"{free}*({share}*{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu)"
     return [("kv_bytes_per_request", lambda c: _live(b, c, memory["kv_bytes_per_gpu"], point),
              "bytes", "one request's KV cache per GPU at its last decode step",
              "dp sequences / dp"),
             ("kv_cap", f"=IF(plan_kv_bytes_per_request=0,{most},MIN({most},MAX(0,INT(({room})"
                        f"/plan_kv_bytes_per_request))))", "requests", _CAP_LABEL,
-             "floor((capacity - weights) / KV a request), per GPU (memory admission)")]
+             "floor(kv_free_fraction x (mem_fraction x capacity - weights) / KV a request), "
+             "per GPU (memory admission)")]
 
 
 _CAP_LABEL = "requests one rank's KV cache holds at ISL + OSL - 1"

@@ -1,0 +1,73 @@
+"""What an engine gives its KV cache: mem_fraction (vLLM's --gpu-memory-utilization, SGLang's
+--mem-fraction-static) and kv_free_fraction (TensorRT-LLM's free_gpu_memory_fraction), in
+memory.engine_max_batch and serve's admission; memory.max_batch keeps the whole memory.
+
+Llama 3.1 8B on one H100 SXM, by hand (tests/test_capacity.py's derivation): capacity
+81,559 MiB = 85,520,809,984 B, held weights 16,060,522,496 B, KV 131,072 B a token.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infest.compiler.api import analyze
+from infest.compiler.analyses.serve import Request, Serving, serve
+from infest.exports.cli.main import main
+
+LLAMA8 = str(Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch")
+EVAL = ["eval", LLAMA8, "--hw", "h100_sxm", "--set", "N=4096", "--json"]
+
+
+def _memory(capsys, *args: str) -> dict:
+    assert main(EVAL + list(args)) == 0
+    return json.loads(capsys.readouterr().out)["memory"]
+
+
+# One sequence at N = 4096, T = 1: 4,097 x 131,072 = 537,001,984 B.
+@pytest.mark.parametrize("sets,want", [
+    ((), 129),   # 69,460,287,488 / 537,001,984 = 129.35: the whole room, as max_batch
+    (("mem_fraction=0.9",), 113),   # (76,968,728,985.6 - 16,060,522,496) / 537,001,984 = 113.42
+    (("kv_free_fraction=0.9",), 116),   # 0.9 x 69,460,287,488 / 537,001,984 = 116.41
+    (("mem_fraction=0.9", "kv_free_fraction=0.9"), 102),   # 0.9 x 60,908,206,489.6 -> 102.08
+    (("mem_fraction=0.1",), 0),     # 8.55 GB < 16.06 GB of weights: no room at all
+])
+def test_the_engines_share_of_memory_sets_its_batch_not_the_bound(capsys, sets, want) -> None:
+    memory = _memory(capsys, *[a for s in sets for a in ("--set", s)])
+    assert memory["engine_max_batch"] == want
+    assert memory["max_batch"] == 129       # the bound: the whole memory, whatever the engine
+
+
+@pytest.mark.parametrize("engine,want,said", [
+    ("vllm", 113, "mem_fraction 0.9"),        # specs/engines/vllm.json: vLLM's default 0.9
+    ("trtllm", 116, "kv_free_fraction 0.9"),  # specs/engines/trtllm.json: 0.9 of free memory
+])
+def test_engine_profiles_carry_their_defaults_and_the_report_names_them(capsys, engine, want,
+                                                                        said) -> None:
+    assert _memory(capsys, "--engine", engine)["engine_max_batch"] == want
+    assert main(EVAL[:-1] + ["--engine", engine]) == 0
+    text = capsys.readouterr().out
+    assert f"engine's KV cache holds (estimate: {said})" in text
+    assert main(EVAL[:-1]) == 0
+    assert "engine's KV cache holds" not in capsys.readouterr().out   # both 1: nothing to add
+
+
+def test_serve_admits_what_the_engines_share_holds() -> None:
+    # ISL 16,000 + OSL 4,000 - 1 = 19,999 tokens x 131,072 B = 2,621,308,928 B a request.
+    # mem_fraction 0.8: (68,416,647,987.2 - 16,060,522,496) / 2,621,308,928 = 19.97 -> 19
+    # run of 104 (the whole memory holds 26: tests/test_serve.py).
+    decode = analyze(LLAMA8, hw="h100_sxm")
+    h100 = Serving(decode, analyze(LLAMA8, hw="h100_sxm", phase="prefill"))
+    got = serve(h100, Request(16000, 4000, 104), {"mem_fraction": 0.8})
+    run = serve(h100, Request(16000, 4000, 19), {"mem_fraction": 0.8})
+    assert (got["admission"]["cap_per_rank"], got["admission"]["admitted_per_scheduler"]) == (19, 19)
+    # Little's law as with the whole memory: each request first waits 104 / 19 - 1 E2Es.
+    assert got["ttft_s"] == pytest.approx(run["ttft_s"] + (104 / 19 - 1) * run["e2e_s"], rel=1e-12)
+
+
+def test_a_share_outside_0_1_is_refused_with_what_it_means(capsys) -> None:
+    assert main(EVAL + ["--set", "mem_fraction=1.5"]) == 1
+    err = capsys.readouterr().err
+    assert "--set mem_fraction: the value must be in (0, 1]" in err
+    assert "gpu-memory-utilization" in err       # the hint says what the field is

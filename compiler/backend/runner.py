@@ -232,14 +232,11 @@ def _check_sign(name: str, value: Fraction) -> None:
     """Only fields that may be 0 (latencies: compiler/load/hardware.py) may be 0; nothing < 0;
     efficiencies lie in (0, 1]; a field with a least value (poll_interval: 1) is at least it."""
     from infest.compiler.load.fields import AT_LEAST, FIELDS, MAY_BE_ZERO, SHARES
-    from infest.compiler.load.hardware import in_range, sign_rule
+    from infest.compiler.load.hardware import in_range, share_hint, sign_rule
     if in_range(name, value):
         return
-    share = "a share: 0 (none) to 1 (all)" if name in MAY_BE_ZERO else \
-        "an efficiency is achievable / datasheet speed" if FIELDS[name].role == "efficiency" \
-        else FIELDS[name].doc
     hint = FIELDS[name].doc if name in AT_LEAST else \
-        share if name in SHARES else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0"
+        share_hint(name) if name in SHARES else f"only {', '.join(sorted(MAY_BE_ZERO))} may be 0"
     raise fail(None, f"--set {name}: the value must be {sign_rule(name)}", hint)
 
 

@@ -26,12 +26,13 @@ from infest.compiler.passes.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse,
 from infest.compiler.passes.parallel import Layout, shard
 from infest.compiler.passes.policy import Policy
 from infest.compiler.core.symbols import B, N, PARALLEL, T, sym
+from infest.compiler.load.fields import KV_SHARES
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
 # What an engine gives its KV cache (compiler/load/fields.py): engine_max_batch's room.
-MEM_FRACTION, KV_FREE_FRACTION = sym("mem_fraction"), sym("kv_free_fraction")
+MEM_FRACTION, KV_FREE_FRACTION = (sym(k) for k in KV_SHARES)
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 
 

@@ -229,7 +229,9 @@ EFFICIENCIES = {f.name: f.default for f in FIELD_TABLE if f.role == "efficiency"
 # Every parameter of the estimate and its default: the efficiencies, then the estimate's
 # own (what a hardware, an engine profile or --set may give; calibration fits them).
 ESTIMATE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE if f.role in ("efficiency", "estimate")}
-# Ratios in (0, 1]: the efficiencies, eff_attn and eff_kv; comm_overlap in [0, 1].
+# What an engine gives its KV cache (memory.engine_max_batch): shares of memory, not speed.
+KV_SHARES = ("mem_fraction", "kv_free_fraction")
+# Ratios in (0, 1]: the efficiencies, eff_attn, eff_kv and KV_SHARES; comm_overlap in [0, 1].
 SHARES = frozenset(f.name for f in FIELD_TABLE if f.unit_ratio)
 # Fields with a least value above 0 (poll_interval: a look every step at most).
 AT_LEAST = {f.name: f.at_least for f in FIELD_TABLE if f.at_least is not None}

@@ -91,6 +91,20 @@ def in_range(name: str, value: Fraction) -> bool:
     return value > 0 or (value == 0 and may_be_zero(name))
 
 
+def share_hint(name: str) -> str:
+    """What a share is, for a value outside its range (a hardware block or a --set)."""
+    if may_be_zero(name):
+        return "a share: 0 (none) to 1 (all)"
+    if FIELDS[name].role == "efficiency":
+        return "an efficiency is achievable / datasheet speed"
+    return FIELDS[name].doc
+
+
+def _block_share_hint(name: str) -> str:
+    example = ", e.g. eff_mem = 0.85" if FIELDS[name].role == "efficiency" else ""
+    return share_hint(name) + example
+
+
 def compile_hardware(hw: ast.Hardware, file: str) -> CompiledHardware:
     """Check every field: a positive literal in the unit its name implies."""
     errors = Collector()
@@ -142,6 +156,5 @@ def _field(f: ast.HwField, seen: dict[str, HwValue]) -> HwValue:
                    _COUNT_PREFIX_HINT if got == COUNT else f"e.g. {f.name} = {_EXAMPLE.get(want, '1')}")
     if not in_range(f.name, f.value.value):
         raise fail(f.value.span, f"'{f.name}' must be {sign_rule(f.name)}",
-                   "an efficiency is achievable / datasheet speed, e.g. eff_mem = 0.85"
-                   if f.name in SHARES else None)
+                   _block_share_hint(f.name) if f.name in SHARES else None)
     return HwValue(f.value.value, got or want, f.span)

@@ -6,7 +6,7 @@ import io
 
 from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TERM_KEYS, TIME_TERMS
-from infest.compiler.load.fields import FIELD_TABLE
+from infest.compiler.load.fields import FIELD_TABLE, KV_SHARES
 from infest.dsl.human import bytes_both, count, duration, md_table, pairs, si, table
 
 # "time" is an op's time with the launch floor (time_s): the hard bound leaves that term out.
@@ -49,7 +49,7 @@ def _engine_batch_rows(result: dict) -> list[list[str]]:
     """The engine's KV-cache batch (an estimate) where its memory shares leave less than
     the whole memory; nothing where they are both 1 (it is max_batch then)."""
     m, inputs = result["memory"], result["inputs"]
-    shares = {k: inputs.get(k, 1) for k in ("mem_fraction", "kv_free_fraction")}
+    shares = {k: inputs.get(k, 1) for k in KV_SHARES}
     if all(v == 1 for v in shares.values()):
         return []
     said = ", ".join(f"{k} {v:g}" for k, v in shares.items() if v != 1)
@@ -107,7 +107,7 @@ def _efficiencies(inputs: dict) -> str:
     4.3 us per kernel, ...; GEMM tiles 64 x 128 in waves of 132 SMs` (the estimate's
     parameters, compiler/core/estimate_rule.py; the shares in the field table's order)."""
     shares = [f"{f.name} {inputs[f.name]:g}" for f in FIELD_TABLE
-              if f.unit_ratio and not f.zero and f.name in inputs]
+              if f.unit_ratio and not f.zero and f.name in inputs and f.name not in KV_SHARES]
     fixed = [f"{duration(inputs[k])} {what}" for k, what in
              (("kernel_latency", "per kernel"), ("coll_latency", "per collective call"),
               ("coll_step_latency", "per ring step"),

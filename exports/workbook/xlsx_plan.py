@@ -39,6 +39,7 @@ from infest.compiler.analyses.serve import DEFAULT_CHUNK, METRIC_KEYS
 from infest.compiler.core.functions import Min
 from infest.compiler.core.keys import PARALLEL, TRAINED_CONTEXT
 from infest.compiler.core.symbols import sym
+from infest.compiler.load.fields import KV_SHARES
 from infest.compiler.core.terms import TIME_TERMS
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           UNFIT_FILL, UNFIT_FONT, Builder, live_cell)
@@ -390,7 +391,7 @@ def _kv_cap_rows(b: Builder, memory: Mapping[str, sympy.Expr], summed: bool) -> 
     if not summed:
         return [("kv_cap", lambda c: _live(b, c, Min(memory["engine_max_batch"] / sym("dp"),
                                                      most), point), "requests", _CAP_LABEL, note)]
-    share, free = (b.names[sym(k)] for k in ("mem_fraction", "kv_free_fraction"))
+    share, free = (b.names[sym(k)] for k in KV_SHARES)
     room = f"{free}*({share}*{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu)"
     return [("kv_bytes_per_request", lambda c: _live(b, c, memory["kv_bytes_per_gpu"], point),
              "bytes", "one request's KV cache per GPU at its last decode step",

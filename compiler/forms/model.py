@@ -253,9 +253,9 @@ def _memory(model: CompiledModel, phase: str, links: Links) -> dict[str, sympy.E
     weights, weights_gpu = _weights(model, links), _weights(model, links, per_gpu=True)
     per_seq, per_seq_gpu = _kv_per_sequence(model), _kv_per_sequence(model, per_gpu=True)
     kv = B * per_seq.xreplace({L: N + T})
-    kv_gpu = B / DP * per_seq_gpu.xreplace({L: N + T})  # each replica: B / dp sequences
-    room = CAPACITY - weights_gpu
     per_seq_at_n = per_seq_gpu.xreplace({L: N + T})
+    kv_gpu = B / DP * per_seq_at_n  # each replica: B / dp sequences
+    room = CAPACITY - weights_gpu
     return {"weights_bytes": weights,
             "kv_bytes_per_token": sympy.Add(*(op.count * op.kv_per_token for op in model.ops)),
             "kv_bytes": kv, "total_bytes": weights + kv,

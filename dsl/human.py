@@ -33,9 +33,11 @@ def bytes_both(value: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """`4.79 ms`, `12.3 us`, `850 ns`."""
+    """`4.79 ms`, `12.3 us`, `850 ns`; from 1,000 s whole seconds, `1,290 s` (not 1.29e+03)."""
     if seconds is None or not math.isfinite(seconds):
         return "n/a"
+    if abs(seconds) >= 1000:
+        return f"{seconds:,.0f} s"
     for factor, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "us")):
         if abs(seconds) >= factor:
             return f"{seconds / factor:.3g} {unit}"

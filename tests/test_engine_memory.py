@@ -8,12 +8,14 @@ Llama 3.1 8B on one H100 SXM, by hand (tests/test_capacity.py's derivation): cap
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from infest.compiler.api import analyze
 from infest.compiler.analyses.serve import Request, Serving, serve
+from infest.dsl.human import duration
 from infest.exports.cli.main import main
 
 LLAMA8 = str(Path(__file__).parents[1] / "specs" / "models" / "llama3_1_8b.arch")
@@ -61,9 +63,28 @@ def test_serve_admits_what_the_engines_share_holds() -> None:
     h100 = Serving(decode, analyze(LLAMA8, hw="h100_sxm", phase="prefill"))
     got = serve(h100, Request(16000, 4000, 104), {"mem_fraction": 0.8})
     run = serve(h100, Request(16000, 4000, 19), {"mem_fraction": 0.8})
-    assert (got["admission"]["cap_per_rank"], got["admission"]["admitted_per_scheduler"]) == (19, 19)
+    a = got["admission"]
+    assert (a["cap_per_rank"], a["admitted_per_scheduler"]) == (19, 19)
+    assert (a["mem_fraction"], a["kv_free_fraction"]) == (0.8, 1.0)   # the shares it was taken at
     # Little's law as with the whole memory: each request first waits 104 / 19 - 1 E2Es.
     assert got["ttft_s"] == pytest.approx(run["ttft_s"] + (104 / 19 - 1) * run["e2e_s"], rel=1e-12)
+
+
+def test_serve_says_which_memory_its_admission_took(capsys) -> None:
+    # --engine vllm: 0.9 x 85,520,809,984 - 16,060,522,496 = 60,908,206,489.6 B over
+    # 2,621,308,928 B a request = 23.24 -> 23 of the 104 clients run.
+    args = ["serve", LLAMA8, "--hw", "h100_sxm", "--isl", "16000", "--osl", "4000",
+            "--concurrency", "104", "--engine", "vllm"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "the KV cache holds 23 requests per rank at ISL + OSL - 1 tokens (the engine's " \
+        "share: mem_fraction 0.9), so 23 of a scheduler's 104 clients run" in out
+    # 81 of 104 wait (104 / 23 - 1 = 3.52 E2Es of ~6 min): in whole seconds, not 1.29e+03 s.
+    assert re.search(r"wait for one to leave: \d,\d{3} s of the estimate's TTFT", out)
+
+
+def test_durations_past_1000_s_print_whole_seconds() -> None:
+    assert (duration(1290.4), duration(999.4), duration(0.0123)) == ("1,290 s", "999 s", "12.3 ms")
 
 
 def test_a_share_outside_0_1_is_refused_with_what_it_means(capsys) -> None:

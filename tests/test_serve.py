@@ -222,7 +222,8 @@ def test_the_simulation_queues_the_same_clients(capsys) -> None:
     assert r["simulated"]["ttft_s"] == pytest.approx(r["ttft_s"], rel=0.02)
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "admission: the KV cache holds 26 requests per rank at ISL + OSL - 1 tokens, so 26 of " \
+    assert "admission: the KV cache holds 26 requests per rank at ISL + OSL - 1 tokens (the " \
+        "whole memory beside the weights: no engine share given), so 26 of " \
         "a scheduler's 104 clients run and 78 wait" in text
     assert "NO at the full concurrency" in text
 

@@ -60,6 +60,7 @@ from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, dr
 from infest.compiler.analyses.startup import check_prompts, reported, wave_position, wave_ttft
 from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
+from infest.compiler.load.fields import KV_SHARES
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -326,7 +327,7 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
     plain = _continuous_costs(engine, budget, Decoding(1.0, r.osl - 1), c, dp, overrides)
     if draft is None:
         sched, out, queue = plain
-        extra = _admission(clients, c, cap, out, r)
+        extra = _admission(clients, c, cap, out, r, last)
         waited = _waited(out, clients / c, r.osl)
         if r.prompts is not None:      # the first wave: the clients admitted at once
             first = min(r.concurrency, c * pp * dp)
@@ -342,7 +343,7 @@ def _continuous(engine: Serving, r: Request, overrides: Mapping[str, Any],
              "plain_tpot_s": base, "breakeven_acceptance": breakeven(draft.length, round_s / base)}
     return ttft, tpot, {**info, "fits": info["fits"] and fits, "speculative": notes,
                         "schedule": schedule_summary(sched), "queueing": queue,
-                        **_admission(clients, c, cap, out, r)}
+                        **_admission(clients, c, cap, out, r, last)}
 
 
 def _waited(out: Mapping[str, tuple[float, float]], share: float, osl: int
@@ -352,16 +353,18 @@ def _waited(out: Mapping[str, tuple[float, float]], share: float, osl: int
 
 
 def _admission(clients: int, c: int, cap: int, out: Mapping[str, tuple[float, float]],
-               r: Request) -> dict[str, Any]:
+               r: Request, last: Mapping[str, Any]) -> dict[str, Any]:
     """The `admission` JSON key where the rank admits fewer than the clients (else
     nothing): clients and admitted per scheduler, the rank's running cap and whose it is
-    (the KV cache's or --max-concurrency's), each key's wait."""
+    (the KV cache's or --max-concurrency's), each key's wait, and the engine's shares of
+    memory the KV cap was taken at (KV_SHARES)."""
     if c >= clients:
         return {}
     wait = {k: memory_queued(t, p, clients / c, r.osl) - t for k, (t, p) in out.items()}
     return {"admission": {"clients_per_scheduler": clients, "admitted_per_scheduler": c,
                           "cap_per_rank": cap, "max_concurrency": r.max_concurrency,
-                          "wait_s": wait["estimate_s"], "bound_wait_s": wait["roofline_s"]}}
+                          "wait_s": wait["estimate_s"], "bound_wait_s": wait["roofline_s"],
+                          **{k: float(last["inputs"][k]) for k in KV_SHARES}}}
 
 
 def _started(engine: Serving, budget: Budget, c: int, dp: float, overrides: Mapping[str, Any],

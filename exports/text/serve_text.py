@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from infest.compiler.load.fields import KV_SHARES
 from infest.dsl.human import duration
 
 _ROWS = (("TTFT", "ttft_s", duration), ("TPOT", "tpot_s", duration), ("E2E", "e2e_s", duration),
@@ -104,12 +105,19 @@ def _admission_line(a: Mapping[str, Any]) -> str:
     """The clients the rank does not admit, and their wait (compiler/analyses/serve.py)."""
     waiting = a["clients_per_scheduler"] - a["admitted_per_scheduler"]
     cap = (f"the KV cache holds {a['cap_per_rank']:,} requests per rank at ISL + OSL - 1 "
-           "tokens" if a["max_concurrency"] is None else
+           f"tokens ({_kv_share(a)})" if a["max_concurrency"] is None else
            f"--max-concurrency {a['max_concurrency']:,} runs {a['cap_per_rank']:,} per rank")
     return (f"admission: {cap}, so {a['admitted_per_scheduler']:,} of a scheduler's "
             f"{a['clients_per_scheduler']:,} clients run and {waiting:,} wait for one to "
             f"leave: {duration(a['wait_s'])} of the estimate's TTFT (bound "
             f"{duration(a['bound_wait_s'])})")
+
+
+def _kv_share(a: Mapping[str, Any]) -> str:
+    """Which memory the KV cap was taken in: the engine's shares (KV_SHARES), or all of it."""
+    given = [f"{k} {a[k]:g}" for k in KV_SHARES if a[k] != 1]
+    return "the engine's share: " + ", ".join(given) if given else \
+        "the whole memory beside the weights: no engine share given"
 
 
 def _startup_line(s: Mapping[str, Any]) -> str:

@@ -221,3 +221,19 @@ def test_the_key_reads_no_file(tmp_path, monkeypatch):
     fifo = tmp_path / "m.arch"
     os.mkfifo(fifo)
     assert len(cache.entry_key(str(fifo), None, phase="decode")) == 64
+
+
+def test_an_edited_engine_profile_rebuilds(capsys, cache_dir):
+    """A profile is read outside the parser (no entry records it): its size and mtime are
+    in the key, so an entry built under the old vllm.json is not read under a new one.
+    Touching the shipped file's mtime (restored after) stands for an edit of it."""
+    from infest.compiler.load.engine_profiles import engines_dir
+    before = cache.entry_key("m.arch", "h100_sxm", engine="vllm")
+    path = engines_dir() / "vllm.json"
+    st = path.stat()
+    try:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        assert cache.entry_key("m.arch", "h100_sxm", engine="vllm") != before
+    finally:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache.entry_key("m.arch", "h100_sxm", engine="vllm") == before

@@ -6,11 +6,12 @@ generated numpy source and a record of what it was built from, taken while it wa
 every file the parser read (its path as opened, links kept; where its links led; the
 SHA-256 of the bytes as read, not of the file later) and every name that was looked up
 (the spec and --hw arguments, each import: the file found, or none). The key covers the
-cache format, infest's own compiler source (each file's size and modification time) and
-the arguments (paths made absolute, links kept); it reads no file. On every read each
-recorded file is hashed again and each lookup replayed: an edited file, a re-pointed
-link, a new local file that now shadows a shipped one, or an edit made while the entry
-was being built all mean a rebuild.
+cache format, infest's own compiler source and shipped engine profiles (each file's size
+and modification time: the compiler reads the profiles outside the parser, so no record
+holds them) and the arguments (paths made absolute, links kept); it reads no file. On
+every read each recorded file is hashed again and each lookup replayed: an edited file, a
+re-pointed link, a new local file that now shadows a shipped one, or an edit made while
+the entry was being built all mean a rebuild.
 
 Safety: the folder is `$INFEST_CACHE_DIR`, else `$XDG_CACHE_HOME/infest` (an absolute
 path; a relative one is ignored, as the XDG spec says), else `~/.cache/infest` (no home:
@@ -29,6 +30,7 @@ import json
 import os
 import stat
 from dataclasses import asdict
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -42,8 +44,11 @@ if TYPE_CHECKING:
 MAX_ENTRY_BYTES = 64 * 2**20   # a DeepSeek-V3 entry is well under 1 MiB
 MAX_ENTRY_DEPTH = 64           # JSON nesting of an entry (the writer's is under 10)
 CACHE_FORMAT = 2               # bumped when the key or the record of inputs changes
-# The installed compiler and language packages, every subfolder included.
-_CODE_FOLDERS = (Path(__file__).parents[1], Path(_dsl_errors.__file__).parent)
+# The installed compiler and language packages, every subfolder included, and the shipped
+# engine profiles: data the compiler reads outside the parser, so no entry's record of
+# files holds them (an edited profile, e.g. by bench/accuracy.py --profiles, must rebuild).
+_CODE_FOLDERS = (Path(__file__).parents[1], Path(_dsl_errors.__file__).parent,
+                 Path(str(resources.files("infest.specs"))) / "engines")
 
 
 def cache_dir() -> Path | None:
@@ -97,9 +102,9 @@ def _where(name: str) -> str:
 
 
 def code_digest() -> str:
-    """A digest of infest's compiler and language source files (name, size, mtime in ns,
-    as Python's own bytecode cache checks its sources): a new version or an edited
-    checkout never reads entries an older one wrote."""
+    """A digest of infest's compiler and language source files and its engine profiles
+    (name, size, mtime in ns, as Python's own bytecode cache checks its sources): a new
+    version or an edited checkout never reads entries an older one wrote."""
     digest = hashlib.sha256()
     for folder in _CODE_FOLDERS:
         for path in sorted(folder.rglob("*")):

@@ -30,8 +30,9 @@ def add_spec_args(p: argparse.ArgumentParser, hw_required: bool, phase: bool = T
                         "with --set tp=8 --set ep=8 --set pp=2 --set dp=2")
     p.add_argument("--engine", metavar="NAME",
                    help="engine profile: eager (default: every op its own kernel, the "
-                        "hardware's launch_overhead) or graphs (the spec's fusions, CUDA "
-                        "graphs, 1.5 us per kernel)")
+                        "hardware's launch_overhead), graphs (the spec's fusions, CUDA "
+                        "graphs, 1.5 us per kernel) or a shipped engine's (vllm, sglang, "
+                        "trtllm, ...: `infest list` names each and what it sets)")
 
 
 def parse_sets(items: list[str]) -> dict[str, Fraction]:

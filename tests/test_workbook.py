@@ -108,6 +108,20 @@ def test_engine_profile_workbook_equals_eval(tmp_path: Path, soffice: str) -> No
         assert named_cell(wb, f"in_{name}").value == pytest.approx(want / HUMAN.get(name, 1), rel=1e-12)
 
 
+def test_an_engines_memory_shares_are_live_workbook_inputs(tmp_path: Path, soffice: str) -> None:
+    # --engine vllm (mem_fraction 0.9 in specs/engines/vllm.json) on one H100 at N = 4096;
+    # a planner adds TensorRT-style kv_free_fraction 0.9: 0.9 x (0.9 x 85,520,809,984 -
+    # 16,060,522,496) / 537,001,984 = 102.08 -> 102 (tests/test_engine_memory.py), and
+    # max_batch, the whole memory, stays 129.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="vllm")
+    edits = {"kv_free_fraction": 0.9, "N": 4096}
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    expected = analysis.evaluate(_base(edits))
+    _assert_outputs(wb, expected)
+    assert (named_cell(wb, "out_engine_max_batch").value, named_cell(wb, "out_max_batch").value) \
+        == (102, 129)
+
+
 @pytest.mark.parametrize("edits", [{"sm_bytes_per_cycle": 5, "B": 1}, {"clock": 0, "B": 1},
                                    {"clock": 1755, "sm_bytes_per_cycle": 6, "B": 4}])
 def test_per_sm_ceiling_workbook_equals_eval(tmp_path: Path, soffice: str, edits: dict) -> None:

@@ -8,6 +8,7 @@ from infest.compiler.core.keys import PARALLEL
 from infest.compiler.core.terms import TERM_KEYS, TIME_TERMS
 from infest.compiler.load.fields import FIELD_TABLE, KV_SHARES
 from infest.dsl.human import bytes_both, count, duration, md_table, pairs, si, table
+from infest.exports.text.serve_text import shares_given
 
 # "time" is an op's time with the launch floor (time_s): the hard bound leaves that term out.
 OP_HEADERS = ["op", "kind", "group", "count", "FLOPs", "bytes", "FLOP/byte", "time", "x count",
@@ -48,11 +49,10 @@ def _limit(value: int | None, memory: dict) -> str:
 def _engine_batch_rows(result: dict) -> list[list[str]]:
     """The engine's KV-cache batch (an estimate) where its memory shares leave less than
     the whole memory; nothing where they are both 1 (it is max_batch then)."""
-    m, inputs = result["memory"], result["inputs"]
-    shares = {k: inputs.get(k, 1) for k in KV_SHARES}
-    if all(v == 1 for v in shares.values()):
+    said = shares_given(result["inputs"])
+    if not said:
         return []
-    said = ", ".join(f"{k} {v:g}" for k, v in shares.items() if v != 1)
+    m = result["memory"]
     return [[f"  engine's KV cache holds (estimate: {said})", _limit(m["engine_max_batch"], m)]]
 
 

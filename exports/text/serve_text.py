@@ -7,6 +7,12 @@ from typing import Any, Mapping
 from infest.compiler.load.fields import KV_SHARES
 from infest.dsl.human import duration
 
+
+def shares_given(values: Mapping[str, Any]) -> str:
+    """`mem_fraction 0.9`: the engine's memory shares (KV_SHARES) below 1, or "" if none
+    (eval's report and serve's admission line both say them)."""
+    return ", ".join(f"{k} {values.get(k, 1):g}" for k in KV_SHARES if values.get(k, 1) != 1)
+
 _ROWS = (("TTFT", "ttft_s", duration), ("TPOT", "tpot_s", duration), ("E2E", "e2e_s", duration),
          ("tokens/s", "tokens_per_s", lambda v: f"{v:,.1f} tok/s"),
          ("tokens/s per GPU", "tokens_per_s_per_gpu", lambda v: f"{v:,.1f} tok/s"),
@@ -115,8 +121,8 @@ def _admission_line(a: Mapping[str, Any]) -> str:
 
 def _kv_share(a: Mapping[str, Any]) -> str:
     """Which memory the KV cap was taken in: the engine's shares (KV_SHARES), or all of it."""
-    given = [f"{k} {a[k]:g}" for k in KV_SHARES if a[k] != 1]
-    return "the engine's share: " + ", ".join(given) if given else \
+    given = shares_given(a)
+    return "the engine's share: " + given if given else \
         "the whole memory beside the weights: no engine share given"
 
 

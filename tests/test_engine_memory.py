@@ -1,6 +1,7 @@
 """What an engine gives its KV cache: mem_fraction (vLLM's --gpu-memory-utilization, SGLang's
---mem-fraction-static) and kv_free_fraction (TensorRT-LLM's free_gpu_memory_fraction), in
-memory.engine_max_batch and serve's admission; memory.max_batch keeps the whole memory.
+--mem-fraction-static), kv_free_fraction (TensorRT-LLM's free_gpu_memory_fraction) and
+mem_reserve (the bytes it keeps for its own buffers), in memory.engine_max_batch and serve's
+admission; memory.max_batch keeps the whole memory.
 
 Llama 3.1 8B on one H100 SXM, by hand (tests/test_capacity.py's derivation): capacity
 81,559 MiB = 85,520,809,984 B, held weights 16,060,522,496 B, KV 131,072 B a token.
@@ -34,6 +35,12 @@ def _memory(capsys, *args: str) -> dict:
     (("kv_free_fraction=0.9",), 116),   # 0.9 x 69,460,287,488 / 537,001,984 = 116.41
     (("mem_fraction=0.9", "kv_free_fraction=0.9"), 102),   # 0.9 x 60,908,206,489.6 -> 102.08
     (("mem_fraction=0.1",), 0),     # 8.55 GB < 16.06 GB of weights: no room at all
+    (("mem_reserve=4GB",), 121),    # (69,460,287,488 - 4e9) / 537,001,984 = 121.90
+    # The reserve inside the share: (76,968,728,985.6 - 16,060,522,496 - 4e9) = 56,908,206,489.6
+    # / 537,001,984 = 105.97; TensorRT-style, 0.9 x 65,460,287,488 / 537,001,984 = 109.71.
+    (("mem_fraction=0.9", "mem_reserve=4GB"), 105),
+    (("kv_free_fraction=0.9", "mem_reserve=4GB"), 109),
+    (("mem_reserve=70GB",), 0),     # 70 GB > the 69.46 GB beside the weights: no room
 ])
 def test_the_engines_share_of_memory_sets_its_batch_not_the_bound(capsys, sets, want) -> None:
     memory = _memory(capsys, *[a for s in sets for a in ("--set", s)])
@@ -81,6 +88,27 @@ def test_serve_says_which_memory_its_admission_took(capsys) -> None:
         "share: mem_fraction 0.9), so 23 of a scheduler's 104 clients run" in out
     # 81 of 104 wait (104 / 23 - 1 = 3.52 E2Es of ~6 min): in whole seconds, not 1.29e+03 s.
     assert re.search(r"wait for one to leave: \d,\d{3} s of the estimate's TTFT", out)
+
+
+def test_a_reserve_is_named_in_bytes_and_taken_at_admission(capsys) -> None:
+    # --engine vllm and 4 GB kept back: 105 run (above); the report and serve's admission
+    # line say the reserve in both units, 4e9 / 2^30 = 3.73 GiB. At ISL 16,000 + OSL 4,000:
+    # 56,908,206,489.6 / 2,621,308,928 = 21.71 -> 21 of the 104 clients.
+    assert main(EVAL[:-1] + ["--engine", "vllm", "--set", "mem_reserve=4GB"]) == 0
+    said = "mem_fraction 0.9, mem_reserve 4 GB (3.73 GiB)"
+    assert f"engine's KV cache holds (estimate: {said})" in capsys.readouterr().out
+    args = ["serve", LLAMA8, "--hw", "h100_sxm", "--isl", "16000", "--osl", "4000",
+            "--concurrency", "104", "--engine", "vllm", "--set", "mem_reserve=4GB", "--json"]
+    assert main(args) == 0
+    a = json.loads(capsys.readouterr().out)["admission"]
+    assert (a["cap_per_rank"], a["mem_reserve"], a["mem_fraction"]) == (21, 4e9, 0.9)
+    assert main(args[:-1]) == 0
+    assert f"(the engine's share: {said}), so 21 of a scheduler's 104" in capsys.readouterr().out
+
+
+def test_a_negative_reserve_is_refused(capsys) -> None:
+    assert main(EVAL + ["--set", "mem_reserve=-1GB"]) == 1
+    assert "--set mem_reserve: the value must be 0 or more" in capsys.readouterr().err
 
 
 def test_durations_past_1000_s_print_whole_seconds() -> None:

@@ -122,6 +122,19 @@ def test_an_engines_memory_shares_are_live_workbook_inputs(tmp_path: Path, soffi
         == (102, 129)
 
 
+def test_an_engines_reserve_is_a_live_workbook_input(tmp_path: Path, soffice: str) -> None:
+    # --engine vllm on one H100 at N = 4096 with 4 GB kept back, typed in GB:
+    # (0.9 x 85,520,809,984 - 16,060,522,496 - 4e9) / 537,001,984 = 105.97 -> 105
+    # (tests/test_engine_memory.py); max_batch stays 129.
+    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="vllm")
+    edits = {"mem_reserve": 4, "N": 4096}
+    wb = _recalculated(tmp_path, analysis, edits, soffice)
+    expected = analysis.evaluate(_base(edits))
+    _assert_outputs(wb, expected)
+    assert (named_cell(wb, "out_engine_max_batch").value, named_cell(wb, "out_max_batch").value) \
+        == (105, 129)
+
+
 @pytest.mark.parametrize("edits", [{"sm_bytes_per_cycle": 5, "B": 1}, {"clock": 0, "B": 1},
                                    {"clock": 1755, "sm_bytes_per_cycle": 6, "B": 4}])
 def test_per_sm_ceiling_workbook_equals_eval(tmp_path: Path, soffice: str, edits: dict) -> None:
@@ -145,7 +158,7 @@ def _assert_outputs(wb: openpyxl.Workbook, expected: dict) -> None:
 
 # Inputs typed in human units: base units per unit (TB/s, GB, us, TFLOP/s).
 HUMAN = {"mem_bw": 1e12, "link_bw": 1e12, "net_bw": 1e12, "host_bw": 1e12,
-         "mem_capacity": 1e9, "host_capacity": 1e9, "launch_overhead": 1e-6,
+         "mem_capacity": 1e9, "host_capacity": 1e9, "mem_reserve": 1e9, "launch_overhead": 1e-6,
          "link_latency": 1e-6, "net_latency": 1e-6, "flops_bf16": 1e12, "flops_fp8": 1e12,
          "kernel_latency": 1e-6, "step_overhead": 1e-6, "request_overhead": 1e-6,
          "coll_latency": 1e-6, "coll_step_latency": 1e-6, "clock": 1e6}

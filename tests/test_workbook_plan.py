@@ -74,12 +74,18 @@ CASES = [
     # --gpu-memory-utilization): the sheet's mem_fraction input moves its KV cap.
     ("llama3_1_8b.arch", "h100_sxm", None,
      {"isl": 30000, "osl": 40, "concurrency": 4080, "in_mem_fraction": 0.9}),
+    # And an engine that keeps 10 GB a GPU back for its own buffers (typed in GB).
+    ("llama3_1_8b.arch", "h100_sxm", None,
+     {"isl": 30000, "osl": 40, "concurrency": 4080, "in_mem_fraction": 0.9,
+      "in_mem_reserve": 10}),
 ]
+# Inputs typed in a human unit, as serve takes them in base units (GB -> bytes).
+_BASE = {"in_mem_reserve": 1e9}
 
 
 @pytest.mark.parametrize("spec,hw,policy,edits", CASES,
                          ids=["llama-alone", "llama-dp2-32-chunks", "qwen3-tp4-ep4-shared", "unfit",
-                              "unfit-engine-share"])
+                              "unfit-engine-share", "unfit-engine-reserve"])
 def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: str,
                                  policy: str | None, edits: dict) -> None:
     decode = _serving(spec, hw, policy)
@@ -87,7 +93,7 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     sheet = {k: _value(wb, k) for k in ("users", "concurrency", "chunk", "isl", "osl",
                                          "tpot_max", "ttft_max", "tp", "ep", "pp", "dp")}
     layout = {k: sheet[k] for k in ("tp", "ep", "pp", "dp") if sheet[k] != 1}
-    layout.update({k[3:]: v for k, v in edits.items() if k.startswith("in_")})
+    layout.update({k[3:]: v * _BASE.get(k, 1) for k, v in edits.items() if k.startswith("in_")})
     got = serve(Serving(decode, decode), Request(sheet["isl"], sheet["osl"],
                                                  sheet["concurrency"], chunk=sheet["chunk"]), layout)
     assert got["batching"] == "continuous"
@@ -109,7 +115,13 @@ def test_plan_sheet_equals_serve(tmp_path: Path, soffice: str, spec: str, hw: st
     assert _value(wb, "ok") is (got["fits"] and meets)
     if edits.get("chunk") == 256:    # the slices: 32 chunk steps, 16 rows counted
         assert (_value(wb, "chunks"), _value(wb, "points")) == (32, 16)
-    if edits.get("in_mem_fraction") == 0.9:
+    if "in_mem_reserve" in edits:
+        # (60,908,206,489.6 - 10,000,000,000) / 3,937,271,808 = 50,908,206,489.6 /
+        # 3,937,271,808 = 12.93: 12 run (13 would need 51,184,533,504 B); 4,080 / 12 = 340.
+        assert (_value(wb, "kv_cap"), _value(wb, "clients")) == (12, 12)
+        assert _value(wb, "admission_share") == 340
+        assert got["admission"]["admitted_per_scheduler"] == 12
+    elif edits.get("in_mem_fraction") == 0.9:
         # (0.9 x 85,520,809,984 - 16,060,522,496) / 3,937,271,808 = 60,908,206,489.6 /
         # 3,937,271,808 = 15.47: 15 run; 4,080 / 15 = 272 clients a running one.
         assert (_value(wb, "kv_cap"), _value(wb, "clients")) == (15, 15)

@@ -32,7 +32,8 @@ max_num_seqs, SGLang's --max-running-requests). A rank admits at most the KV cap
 ISL + OSL - 1 tokens
 (memory.engine_max_batch / dp at the last decode step, N = ISL + OSL - 2 and T = 1: the
 room an engine gives its KV cache, mem_fraction and kv_free_fraction, 1 unless its profile
-or --set says otherwise, so the whole memory by default; every
+or --set says otherwise, less its mem_reserve, 0 unless given: the whole memory by default;
+every
 admitted request can grow to its end without evicting another, as `serve --rps` caps
 it), shared by its pp micro-batches; the other clients wait for a running request to
 leave. With a of a scheduler's c clients admitted, the
@@ -60,7 +61,7 @@ from infest.compiler.analyses.speculative import (Draft, both_fit, breakeven, dr
 from infest.compiler.analyses.startup import check_prompts, reported, wave_position, wave_ttft
 from infest.compiler.backend.runner import evaluate
 from infest.compiler.core.keys import TRAINED_CONTEXT
-from infest.compiler.load.fields import KV_SHARES
+from infest.compiler.load.fields import KV_ROOM
 from infest.dsl.errors import fail
 
 if TYPE_CHECKING:
@@ -357,14 +358,14 @@ def _admission(clients: int, c: int, cap: int, out: Mapping[str, tuple[float, fl
     """The `admission` JSON key where the rank admits fewer than the clients (else
     nothing): clients and admitted per scheduler, the rank's running cap and whose it is
     (the KV cache's or --max-concurrency's), each key's wait, and the engine's shares of
-    memory the KV cap was taken at (KV_SHARES)."""
+    memory and its reserve the KV cap was taken at (KV_ROOM)."""
     if c >= clients:
         return {}
     wait = {k: memory_queued(t, p, clients / c, r.osl) - t for k, (t, p) in out.items()}
     return {"admission": {"clients_per_scheduler": clients, "admitted_per_scheduler": c,
                           "cap_per_rank": cap, "max_concurrency": r.max_concurrency,
                           "wait_s": wait["estimate_s"], "bound_wait_s": wait["roofline_s"],
-                          **{k: float(last["inputs"][k]) for k in KV_SHARES}}}
+                          **{k: float(last["inputs"][k]) for k in KV_ROOM}}}
 
 
 def _started(engine: Serving, budget: Budget, c: int, dp: float, overrides: Mapping[str, Any],

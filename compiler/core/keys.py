@@ -83,7 +83,7 @@ LABELS = {
     "fits": "fits in memory",
     "max_batch": "largest batch that fits at this N",
     "engine_max_batch": "largest batch the engine's KV cache holds at this N (estimate: "
-                        "mem_fraction, kv_free_fraction)",
+                        "mem_fraction, kv_free_fraction, mem_reserve)",
     "max_context": "longest context that fits at this B",
     "flops": "FLOPs",
     "bytes": "HBM bytes moved",

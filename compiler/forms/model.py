@@ -26,13 +26,13 @@ from infest.compiler.passes.engine import DEFAULT_ENGINE, ENGINES, Engine, fuse,
 from infest.compiler.passes.parallel import Layout, shard
 from infest.compiler.passes.policy import Policy
 from infest.compiler.core.symbols import B, N, PARALLEL, T, sym
-from infest.compiler.load.fields import KV_SHARES
+from infest.compiler.load.fields import KV_ROOM
 from infest.compiler.core.terms import HARD_KEYS, TERM_KEYS, TIME_TERMS
 
 PHASES = ("decode", "prefill")
 MEM_BW, CAPACITY, LAUNCH = sym("mem_bw"), sym("mem_capacity"), sym("launch_overhead")
 # What an engine gives its KV cache (compiler/load/fields.py): engine_max_batch's room.
-MEM_FRACTION, KV_FREE_FRACTION = (sym(k) for k in KV_SHARES)
+MEM_FRACTION, KV_FREE_FRACTION, MEM_RESERVE = (sym(k) for k in KV_ROOM)
 TP, EP, PP, DP = (sym(n) for n in PARALLEL)
 
 
@@ -278,10 +278,11 @@ def _capped(longest: sympy.Expr, model: CompiledModel, phase: str) -> sympy.Expr
 
 def _engine_room(weights_gpu: sympy.Expr) -> sympy.Expr:
     """The bytes an engine gives its KV cache on one GPU: kv_free_fraction of what
-    mem_fraction of the capacity leaves beside the weights (vLLM and SGLang cap weights +
-    KV at a share of the memory; TensorRT-LLM takes a share of the memory left free).
-    Both 1 by default: the whole room, as max_batch."""
-    return KV_FREE_FRACTION * (MEM_FRACTION * CAPACITY - weights_gpu)
+    mem_fraction of the capacity leaves beside the weights and the engine's reserve
+    (vLLM and SGLang cap weights + KV + their own buffers at a share of the memory;
+    TensorRT-LLM takes a share of the memory left free after its buffers). Shares 1 and
+    reserve 0 by default: the whole room, as max_batch."""
+    return KV_FREE_FRACTION * (MEM_FRACTION * CAPACITY - weights_gpu - MEM_RESERVE)
 
 
 def _max_batch(room: sympy.Expr, per_seq: sympy.Expr) -> sympy.Expr:

@@ -190,7 +190,8 @@ FIELD_TABLE = (
           Fraction(0), "0 unless an engine profile sets it (never part of a bound)",
           zero=True, catalogue=False),
     # What an engine gives its KV cache (memory.engine_max_batch: serve's, plan's and the
-    # workbook's admission); memory.max_batch keeps the whole memory, the bound.
+    # workbook's admission), KV_ROOM below; memory.max_batch keeps the whole memory, the
+    # bound.
     Field("mem_fraction", COUNT, "estimate",
           "share of the GPU's memory the engine lets weights and KV cache fill (vLLM "
           "--gpu-memory-utilization, 0.9 by default; SGLang --mem-fraction-static)",
@@ -201,6 +202,12 @@ FIELD_TABLE = (
           "(TensorRT-LLM's free_gpu_memory_fraction, 0.9 by default)", Fraction(1),
           "1: all of it, as memory.max_batch (an engine profile sets its own)",
           catalogue=False, unit_ratio=True),
+    Field("mem_reserve", BYTES, "estimate",
+          "memory per GPU the engine keeps beside weights and KV cache: CUDA context, "
+          "NCCL buffers, activation workspace, CUDA graphs (vLLM's start-up log: non-torch "
+          "memory + activation peak + CUDA graph memory); taken inside mem_fraction",
+          Fraction(0), "0: none kept back (engine_max_batch errs high; a run's log gives "
+          "its own)", zero=True, catalogue=False),
     Field("poll_interval", COUNT, "estimate",
           "decode steps between the scheduler's looks for new requests: a request arriving "
           "during decode waits for the next look (SGLang --scheduler-recv-interval k, "
@@ -229,8 +236,10 @@ EFFICIENCIES = {f.name: f.default for f in FIELD_TABLE if f.role == "efficiency"
 # Every parameter of the estimate and its default: the efficiencies, then the estimate's
 # own (what a hardware, an engine profile or --set may give; calibration fits them).
 ESTIMATE_DEFAULTS = {f.name: f.default for f in FIELD_TABLE if f.role in ("efficiency", "estimate")}
-# What an engine gives its KV cache (memory.engine_max_batch): shares of memory, not speed.
+# What an engine gives its KV cache (memory.engine_max_batch): shares of memory, not speed,
+# and the bytes it keeps back; KV_ROOM is all three (each neutral at its default).
 KV_SHARES = ("mem_fraction", "kv_free_fraction")
+KV_ROOM = KV_SHARES + ("mem_reserve",)
 # Ratios in (0, 1]: the efficiencies, eff_attn, eff_kv and KV_SHARES; comm_overlap in [0, 1].
 SHARES = frozenset(f.name for f in FIELD_TABLE if f.unit_ratio)
 # Fields with a least value above 0 (poll_interval: a look every step at most).

@@ -47,8 +47,9 @@ def _limit(value: int | None, memory: dict) -> str:
 
 
 def _engine_batch_rows(result: dict) -> list[list[str]]:
-    """The engine's KV-cache batch (an estimate) where its memory shares leave less than
-    the whole memory; nothing where they are both 1 (it is max_batch then)."""
+    """The engine's KV-cache batch (an estimate) where its memory shares or reserve leave
+    less than the whole memory; nothing where the shares are 1 and the reserve 0 (it is
+    max_batch then)."""
     said = shares_given(result["inputs"])
     if not said:
         return []

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from infest.compiler.load.fields import KV_SHARES
-from infest.dsl.human import duration
+from infest.compiler.load.fields import FIELDS, KV_ROOM
+from infest.dsl.human import bytes_both, duration
 
 
 def shares_given(values: Mapping[str, Any]) -> str:
-    """`mem_fraction 0.9`: the engine's memory shares (KV_SHARES) below 1, or "" if none
-    (eval's report and serve's admission line both say them)."""
-    return ", ".join(f"{k} {values.get(k, 1):g}" for k in KV_SHARES if values.get(k, 1) != 1)
+    """`mem_fraction 0.9, mem_reserve 4 GB (3.73 GiB)`: what the engine gives its KV cache
+    (KV_ROOM) where it is not the whole memory (a share below 1, a reserve above 0), or ""
+    if none (eval's report and serve's admission line both say them)."""
+    given = {k: float(values.get(k, FIELDS[k].default)) for k in KV_ROOM}
+    return ", ".join(f"{k} {bytes_both(v) if FIELDS[k].unit == 'bytes' else f'{v:g}'}"
+                     for k, v in given.items() if v != FIELDS[k].default)
 
 _ROWS = (("TTFT", "ttft_s", duration), ("TPOT", "tpot_s", duration), ("E2E", "e2e_s", duration),
          ("tokens/s", "tokens_per_s", lambda v: f"{v:,.1f} tok/s"),
@@ -120,7 +123,8 @@ def _admission_line(a: Mapping[str, Any]) -> str:
 
 
 def _kv_share(a: Mapping[str, Any]) -> str:
-    """Which memory the KV cap was taken in: the engine's shares (KV_SHARES), or all of it."""
+    """Which memory the KV cap was taken in: the engine's shares and reserve (KV_ROOM), or
+    all of it."""
     given = shares_given(a)
     return "the engine's share: " + given if given else \
         "the whole memory beside the weights: no engine share given"

@@ -39,7 +39,7 @@ from infest.compiler.analyses.serve import DEFAULT_CHUNK, METRIC_KEYS
 from infest.compiler.core.functions import Min
 from infest.compiler.core.keys import PARALLEL, TRAINED_CONTEXT
 from infest.compiler.core.symbols import sym
-from infest.compiler.load.fields import KV_SHARES
+from infest.compiler.load.fields import KV_ROOM
 from infest.compiler.core.terms import TIME_TERMS
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           UNFIT_FILL, UNFIT_FONT, Builder, live_cell)
@@ -391,14 +391,15 @@ def _kv_cap_rows(b: Builder, memory: Mapping[str, sympy.Expr], summed: bool) -> 
     if not summed:
         return [("kv_cap", lambda c: _live(b, c, Min(memory["engine_max_batch"] / sym("dp"),
                                                      most), point), "requests", _CAP_LABEL, note)]
-    share, free = (b.names[sym(k)] for k in KV_SHARES)
-    room = f"{free}*({share}*{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu)"
+    share, free, reserve = (b.names[sym(k)] for k in KV_ROOM)
+    room = f"{free}*({share}*{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu-{reserve})"
     return [("kv_bytes_per_request", lambda c: _live(b, c, memory["kv_bytes_per_gpu"], point),
              "bytes", "one request's KV cache per GPU at its last decode step",
              "dp sequences / dp"),
             ("kv_cap", f"=IF(plan_kv_bytes_per_request=0,{most},MIN({most},MAX(0,INT(({room})"
                        f"/plan_kv_bytes_per_request))))", "requests", _CAP_LABEL,
-             "floor(kv_free_fraction x (mem_fraction x capacity - weights) / KV a request), "
+             "floor(kv_free_fraction x (mem_fraction x capacity - weights - mem_reserve) / "
+             "KV a request), "
              "per GPU (memory admission)")]
 
 

@@ -62,13 +62,14 @@ def test_may_be_zero_is_declared_once() -> None:
     # may lack (all but bf16, where every fallback ends), measured ceilings left blank, an
     # absent network, the estimate's fixed costs and routing skew (0: switched off,
     # perfectly balanced), its overlap of collectives (0: serial), a GPU's clock (0:
-    # none published, no per-SM ceiling) and NVLink SHARP (0: ring all-reduce only)
+    # none published, no per-SM ceiling), NVLink SHARP (0: ring all-reduce only) and the
+    # memory an engine keeps back (0: none)
     assert MAY_BE_ZERO == {"launch_overhead", "link_latency", "net_latency", "gpu_experts",
                            "hit_rate", "flops_fp16", "flops_fp8", "flops_fp4", "flops_int8",
                            "flops_tf32", "flops_fp32", "mem_bw_measured",
                            "flops_bf16_measured", "net_bw", "kernel_latency", "step_overhead",
                            "request_overhead", "coll_latency", "coll_step_latency", "moe_skew",
-                           "comm_overlap", "clock", "nvls"}
+                           "comm_overlap", "clock", "nvls", "mem_reserve"}
 
 
 @pytest.mark.parametrize("name", ["mem_bw", "flops_bf16", "mem_capacity", "link_bw", "B", "N"])

@@ -263,7 +263,7 @@ def _memory(model: CompiledModel, phase: str, links: Links) -> dict[str, sympy.E
             "total_bytes_per_gpu": weights_gpu + kv_gpu, "capacity_bytes": CAPACITY,
             "fits": sympy.Le(weights_gpu + kv_gpu, CAPACITY),
             "max_batch": DP * _max_batch(room, per_seq_at_n),
-            "engine_max_batch": DP * _max_batch(_engine_room(weights_gpu), per_seq_at_n),
+            "engine_max_batch": DP * _max_batch(engine_room(weights_gpu), per_seq_at_n),
             "max_context": _capped(_max_context(room, per_seq_gpu, phase), model, phase)}
 
 
@@ -276,7 +276,7 @@ def _capped(longest: sympy.Expr, model: CompiledModel, phase: str) -> sympy.Expr
     return sympy.Min(trained - T if phase == "decode" else trained, longest, evaluate=False)
 
 
-def _engine_room(weights_gpu: sympy.Expr) -> sympy.Expr:
+def engine_room(weights_gpu: sympy.Expr) -> sympy.Expr:
     """The bytes an engine gives its KV cache on one GPU: kv_free_fraction of what
     mem_fraction of the capacity leaves beside the weights and the engine's reserve
     (vLLM and SGLang cap weights + KV + their own buffers at a share of the memory;

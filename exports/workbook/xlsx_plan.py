@@ -39,11 +39,12 @@ from infest.compiler.analyses.serve import DEFAULT_CHUNK, METRIC_KEYS
 from infest.compiler.core.functions import Min
 from infest.compiler.core.keys import PARALLEL, TRAINED_CONTEXT
 from infest.compiler.core.symbols import sym
-from infest.compiler.load.fields import KV_ROOM
 from infest.compiler.core.terms import TIME_TERMS
+from infest.exports.workbook.excel_printer import excel_formula
 from infest.exports.workbook.book import (DERIVED_FONT, HEADER_FONT, INPUT_FILL, INPUT_FONT,
                                           UNFIT_FILL, UNFIT_FONT, Builder, live_cell)
 from infest.compiler.forms.estimate import POLL_INTERVAL, REQUEST_OVERHEAD
+from infest.compiler.forms.model import engine_room
 from infest.exports.workbook.validation import cell_rule, rules_by_cell
 from infest.exports.workbook.xlsx_memory import plan_fits_rows, plan_group_table
 from infest.exports.workbook.points import (BOUND, ESTIMATE, OpKind, Point, Table,
@@ -391,8 +392,9 @@ def _kv_cap_rows(b: Builder, memory: Mapping[str, sympy.Expr], summed: bool) -> 
     if not summed:
         return [("kv_cap", lambda c: _live(b, c, Min(memory["engine_max_batch"] / sym("dp"),
                                                      most), point), "requests", _CAP_LABEL, note)]
-    share, free, reserve = (b.names[sym(k)] for k in KV_ROOM)
-    room = f"{free}*({share}*{b.names[sym('mem_capacity')]}-plan_weights_bytes_per_gpu-{reserve})"
+    # The memory form's own room (compiler/forms/model.py) over the weights' named sum.
+    weights = sympy.Symbol("plan_weights_bytes_per_gpu", positive=True)
+    room = excel_formula(engine_room(weights), {**b.names, weights: weights.name})
     return [("kv_bytes_per_request", lambda c: _live(b, c, memory["kv_bytes_per_gpu"], point),
              "bytes", "one request's KV cache per GPU at its last decode step",
              "dp sequences / dp"),

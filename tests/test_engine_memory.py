@@ -106,6 +106,31 @@ def test_a_reserve_is_named_in_bytes_and_taken_at_admission(capsys) -> None:
     assert f"(the engine's share: {said}), so 21 of a scheduler's 104" in capsys.readouterr().out
 
 
+def test_vllms_own_memory_profile_is_reproduced(capsys) -> None:
+    # A real vLLM start-up log (vllm-project/vllm pull request #10511, youkaichao,
+    # 2024-12-13, `vllm serve meta-llama/Meta-Llama-3-8B` on an 80 GB GPU):
+    #   total_gpu_memory 79.22GiB, gpu_memory_utilization 0.90, the current vLLM instance
+    #   can use 71.29GiB, model weights take 14.96GiB, non_torch_memory 1.79GiB,
+    #   PyTorch activation peak memory 1.26GiB, available_kv_cache_memory 53.29GiB
+    # (and with -tp 2: model weights take 7.48GiB). Llama 3 8B has Llama 3.1 8B's shapes.
+    # The weights: 16,060,522,496 B = 14.9575 GiB -> "14.96"; tp 2: 8,030,527,488 B =
+    # 7.4790 GiB -> "7.48" (embeddings and lm_head split too).
+    gib = 2**30
+    assert round(_memory(capsys)["weights_bytes_per_gpu"] / gib, 2) == 14.96
+    assert round(_memory(capsys, "--set", "tp=2")["weights_bytes_per_gpu"] / gib, 2) == 7.48
+    # The KV room with the log's capacity (torch's total, 79.22 GiB = 85,061,827,297.28 B)
+    # and its non-torch + activation memory as the reserve (3.05 GiB = 3,274,912,563.2 B):
+    # 0.9 x 85,061,827,297.28 - 16,060,522,496 - 3,274,912,563.2 = 57,220,209,508.4 B =
+    # 53.2905 GiB, the log's 53.29. At N = 4096 that holds 57,220,209,508.4 / 537,001,984 =
+    # 106.55 sequences, as the log's 53.29 GiB (57,219,701,800.96 B) does: 106.
+    memory = _memory(capsys, "--engine", "vllm", "--set", "mem_capacity=79.22GiB",
+                     "--set", "mem_reserve=3.05GiB")
+    assert memory["engine_max_batch"] == 106
+    # max_batch, the bound, keeps the whole memory: (85,061,827,297.28 - 16,060,522,496) /
+    # 537,001,984 = 128.49 -> 128.
+    assert memory["max_batch"] == 128
+
+
 def test_a_negative_reserve_is_refused(capsys) -> None:
     assert main(EVAL + ["--set", "mem_reserve=-1GB"]) == 1
     assert "--set mem_reserve: the value must be 0 or more" in capsys.readouterr().err

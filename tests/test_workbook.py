@@ -108,31 +108,25 @@ def test_engine_profile_workbook_equals_eval(tmp_path: Path, soffice: str) -> No
         assert named_cell(wb, f"in_{name}").value == pytest.approx(want / HUMAN.get(name, 1), rel=1e-12)
 
 
-def test_an_engines_memory_shares_are_live_workbook_inputs(tmp_path: Path, soffice: str) -> None:
-    # --engine vllm (mem_fraction 0.9 in specs/engines/vllm.json) on one H100 at N = 4096;
-    # a planner adds TensorRT-style kv_free_fraction 0.9: 0.9 x (0.9 x 85,520,809,984 -
-    # 16,060,522,496) / 537,001,984 = 102.08 -> 102 (tests/test_engine_memory.py), and
-    # max_batch, the whole memory, stays 129.
+# --engine vllm (mem_fraction 0.9 in specs/engines/vllm.json) on one H100 at N = 4096,
+# typed by a planner (tests/test_engine_memory.py); max_batch, the whole memory, stays 129.
+@pytest.mark.parametrize("typed,want", [
+    # TensorRT-style kv_free_fraction 0.9: 0.9 x (0.9 x 85,520,809,984 - 16,060,522,496)
+    # / 537,001,984 = 102.08 -> 102
+    ({"kv_free_fraction": 0.9}, 102),
+    # 4 GB kept back, typed in GB: (0.9 x 85,520,809,984 - 16,060,522,496 - 4e9) /
+    # 537,001,984 = 105.97 -> 105
+    ({"mem_reserve": 4}, 105),
+])
+def test_an_engines_memory_shares_and_reserve_are_live_workbook_inputs(
+        tmp_path: Path, soffice: str, typed: dict, want: int) -> None:
     analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="vllm")
-    edits = {"kv_free_fraction": 0.9, "N": 4096}
+    edits = {**typed, "N": 4096}
     wb = _recalculated(tmp_path, analysis, edits, soffice)
     expected = analysis.evaluate(_base(edits))
     _assert_outputs(wb, expected)
     assert (named_cell(wb, "out_engine_max_batch").value, named_cell(wb, "out_max_batch").value) \
-        == (102, 129)
-
-
-def test_an_engines_reserve_is_a_live_workbook_input(tmp_path: Path, soffice: str) -> None:
-    # --engine vllm on one H100 at N = 4096 with 4 GB kept back, typed in GB:
-    # (0.9 x 85,520,809,984 - 16,060,522,496 - 4e9) / 537,001,984 = 105.97 -> 105
-    # (tests/test_engine_memory.py); max_batch stays 129.
-    analysis = analyze(MODELS / "llama3_1_8b.arch", hw="h100_sxm", engine="vllm")
-    edits = {"mem_reserve": 4, "N": 4096}
-    wb = _recalculated(tmp_path, analysis, edits, soffice)
-    expected = analysis.evaluate(_base(edits))
-    _assert_outputs(wb, expected)
-    assert (named_cell(wb, "out_engine_max_batch").value, named_cell(wb, "out_max_batch").value) \
-        == (105, 129)
+        == (want, 129)
 
 
 @pytest.mark.parametrize("edits", [{"sm_bytes_per_cycle": 5, "B": 1}, {"clock": 0, "B": 1},

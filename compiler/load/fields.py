@@ -205,7 +205,8 @@ FIELD_TABLE = (
     Field("mem_reserve", BYTES, "estimate",
           "memory per GPU the engine keeps beside weights and KV cache: CUDA context, "
           "NCCL buffers, activation workspace, CUDA graphs (vLLM's start-up log: non-torch "
-          "memory + activation peak + CUDA graph memory); taken inside mem_fraction",
+          "memory + activation peak, + CUDA graph memory where it prints it); taken inside "
+          "mem_fraction",
           Fraction(0), "0: none kept back (engine_max_batch errs high; a run's log gives "
           "its own)", zero=True, catalogue=False),
     Field("poll_interval", COUNT, "estimate",

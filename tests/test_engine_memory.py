@@ -85,7 +85,7 @@ def test_serve_says_which_memory_its_admission_took(capsys) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "the KV cache holds 23 requests per rank at ISL + OSL - 1 tokens (the engine's " \
-        "share: mem_fraction 0.9), so 23 of a scheduler's 104 clients run" in out
+        "memory: mem_fraction 0.9), so 23 of a scheduler's 104 clients run" in out
     # 81 of 104 wait (104 / 23 - 1 = 3.52 E2Es of ~6 min): in whole seconds, not 1.29e+03 s.
     assert re.search(r"wait for one to leave: \d,\d{3} s of the estimate's TTFT", out)
 
@@ -103,7 +103,7 @@ def test_a_reserve_is_named_in_bytes_and_taken_at_admission(capsys) -> None:
     a = json.loads(capsys.readouterr().out)["admission"]
     assert (a["cap_per_rank"], a["mem_reserve"], a["mem_fraction"]) == (21, 4e9, 0.9)
     assert main(args[:-1]) == 0
-    assert f"(the engine's share: {said}), so 21 of a scheduler's 104" in capsys.readouterr().out
+    assert f"(the engine's memory: {said}), so 21 of a scheduler's 104" in capsys.readouterr().out
 
 
 def test_vllms_own_memory_profile_is_reproduced(capsys) -> None:

@@ -223,7 +223,7 @@ def test_the_simulation_queues_the_same_clients(capsys) -> None:
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "admission: the KV cache holds 26 requests per rank at ISL + OSL - 1 tokens (the " \
-        "whole memory beside the weights: no engine share given), so 26 of " \
+        "whole memory beside the weights: no engine share or reserve given), so 26 of " \
         "a scheduler's 104 clients run and 78 wait" in text
     assert "NO at the full concurrency" in text
 

@@ -126,8 +126,8 @@ def _kv_share(a: Mapping[str, Any]) -> str:
     """Which memory the KV cap was taken in: the engine's shares and reserve (KV_ROOM), or
     all of it."""
     given = shares_given(a)
-    return "the engine's share: " + given if given else \
-        "the whole memory beside the weights: no engine share given"
+    return "the engine's memory: " + given if given else \
+        "the whole memory beside the weights: no engine share or reserve given"
 
 
 def _startup_line(s: Mapping[str, Any]) -> str:
